@@ -1,0 +1,72 @@
+# sagaboard developer entry points. `make run` and `make test` are all you need.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV      := .venv
+VPY       := $(VENV)/bin/python
+STAMP     := $(VENV)/.install-stamp
+HOST_PORT := 127.0.0.1:8000
+
+# Second test run; override to point at another server.
+SAGABOARD_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/sagaboard
+
+.PHONY: help venv install run lint test test-sqlite test-postgres bench fmt
+
+help:
+	@echo "make run            install deps, migrate, serve on http://$(HOST_PORT)/"
+	@echo "make test           lint, then pytest on SQLite, then on PostgreSQL"
+	@echo "make test-sqlite    pytest on SQLite only"
+	@echo "make test-postgres  pytest on \$$SAGABOARD_TEST_DATABASE_URL ($(SAGABOARD_TEST_DATABASE_URL))"
+	@echo "make lint           ruff check, ruff format --check, mypy (undo_core)"
+	@echo "make fmt            ruff format + ruff check --fix"
+	@echo "make bench          python -m benchmarks.engine"
+	@echo "make venv|install   create .venv (Python >= 3.12, see .ci/find-python) / install deps"
+
+venv: $(VPY)
+
+$(VPY):
+	@py="$$(PYTHON='$(PYTHON)' .ci/find-python)" && \
+		echo "Creating $(VENV) with $$py" && \
+		"$$py" -m venv $(VENV)
+	@$(VPY) -c 'import sys; assert sys.version_info >= (3, 12), sys.version' \
+		|| { echo "$(VENV) is not Python >= 3.12; remove it and retry" >&2; exit 1; }
+
+install: $(STAMP)
+
+# Re-installs only when pyproject.toml changes or the venv is recreated. The editable install maps
+# top-level packages statically, so it is also redone once undo_core/ first appears.
+$(STAMP): pyproject.toml $(wildcard undo_core/__init__.py) | $(VPY)
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet -e ".[dev]"
+	@touch $@
+
+run: install
+	$(VPY) manage.py migrate --no-input
+	@echo ""
+	@echo "  sagaboard is starting at http://$(HOST_PORT)/  (Ctrl-C to stop)"
+	@echo ""
+	$(VPY) manage.py runserver $(HOST_PORT)
+
+lint: install
+	$(VPY) -m ruff check .
+	$(VPY) -m ruff format --check .
+	$(VPY) -m mypy
+
+fmt: install
+	$(VPY) -m ruff format .
+	$(VPY) -m ruff check --fix .
+
+test: lint
+	$(MAKE) --no-print-directory test-sqlite
+	$(MAKE) --no-print-directory test-postgres
+
+test-sqlite: install
+	@echo "== pytest on SQLite =="
+	env -u DATABASE_URL $(VPY) -m pytest
+
+test-postgres: install
+	@echo "== pytest on PostgreSQL ($(SAGABOARD_TEST_DATABASE_URL)) =="
+	DATABASE_URL='$(SAGABOARD_TEST_DATABASE_URL)' $(VPY) -m pytest
+
+bench: install
+	$(VPY) -m benchmarks.engine

@@ -1,0 +1,103 @@
+"""Settings for sagaboard: one module, configured through environment variables.
+
+Environment:
+    SAGABOARD_DEBUG          "1" (default) or "0".
+    SAGABOARD_SECRET_KEY     required when DEBUG is off; a dev default is used otherwise.
+    SAGABOARD_ALLOWED_HOSTS  comma-separated; defaults to localhost names when DEBUG is on.
+    DATABASE_URL             any dj-database-url URL; defaults to SQLite in var/.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _env_bool(name: str, default: str) -> bool:
+    return os.environ.get(name, default).strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = _env_bool("SAGABOARD_DEBUG", "1")
+
+SECRET_KEY = os.environ.get("SAGABOARD_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SAGABOARD_SECRET_KEY must be set when SAGABOARD_DEBUG is off.")
+    SECRET_KEY = "django-insecure-sagaboard-dev-only-key-do-not-use-in-production"
+
+ALLOWED_HOSTS = _env_list("SAGABOARD_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "sagaboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "sagaboard.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "sagaboard.wsgi.application"
+ASGI_APPLICATION = "sagaboard.asgi.application"
+
+# Database: DATABASE_URL wins; otherwise SQLite under var/ (created on demand).
+VAR_DIR = BASE_DIR / "var"
+DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
+if not DATABASE_URL:
+    VAR_DIR.mkdir(exist_ok=True)
+    DATABASE_URL = f"sqlite:///{VAR_DIR / 'sagaboard.sqlite3'}"
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=0),
+}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"

@@ -1,0 +1,131 @@
+"""undo_core: a saga engine for AI agents' tool calls, framework-free.
+
+Tools have an ``execute`` and an optional ``undo``; a :class:`Saga` runs them
+as steps and, when one fails, undoes the completed ones newest first. A port
+and superset of agent-undo (TypeScript) and Agent Saga: approval gates,
+retry/resolve of failed undos, pluggable stores and crash recovery.
+
+    >>> from undo_core import Saga, define_tool
+    >>> add = define_tool("add", lambda x: x + 1, lambda out, x: None)
+    >>> with Saga("demo") as saga:
+    ...     saga.execute(add, 1)
+    2
+    >>> saga.status
+    <SagaStatus.COMPLETED: 'COMPLETED'>
+"""
+
+from .audit import AuditRecord, AuditSink, Severity, audit_listener
+from .clock import Clock, SystemClock
+from .declarative import RunResult, SagaDefinition, SagaStep, define_saga
+from .engine import CompensationFailureMode, Listener, RollbackReport
+from .errors import (
+    GateError,
+    LeaseError,
+    SagaClosedError,
+    SagaDefinitionError,
+    SagaNotFoundError,
+    SagaRollbackError,
+    SerializationError,
+    StepNotFoundError,
+    StepTimeoutError,
+    StoreError,
+    ToolDefinitionError,
+    TransitionError,
+    UndoCoreError,
+)
+from .gates import (
+    ApprovalGate,
+    ApprovalPolicy,
+    ApprovalRequest,
+    AsyncApprovalGate,
+    AutoApproveGate,
+    Decision,
+    DecisionAction,
+    FailedCompensation,
+)
+from .policies import RetryPolicy
+from .records import (
+    AttemptOutcome,
+    CompensationAttempt,
+    EventKind,
+    SagaEvent,
+    SagaRecord,
+    SagaSnapshot,
+    StepSnapshot,
+)
+from .recovery import RecoveryResult, arecover, attach, recover
+from .saga import AsyncSaga, Saga
+from .sqlite_store import SQLiteStore
+from .states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepState
+from .storage import MemoryStore, SagaChange, SagaStore
+from .tools import ExecuteContext, Reversibility, Tool, UndoContext, define_tool
+from .wrap import WrappedTools, wrap_tools
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SAGA_TRANSITIONS",
+    "STEP_TRANSITIONS",
+    "ApprovalGate",
+    "ApprovalPolicy",
+    "ApprovalRequest",
+    "AsyncApprovalGate",
+    "AsyncSaga",
+    "AttemptOutcome",
+    "AuditRecord",
+    "AuditSink",
+    "AutoApproveGate",
+    "Clock",
+    "CompensationAttempt",
+    "CompensationFailureMode",
+    "Decision",
+    "DecisionAction",
+    "EventKind",
+    "ExecuteContext",
+    "FailedCompensation",
+    "GateError",
+    "LeaseError",
+    "Listener",
+    "MemoryStore",
+    "RecoveryResult",
+    "RetryPolicy",
+    "Reversibility",
+    "RollbackReport",
+    "RunResult",
+    "SQLiteStore",
+    "Saga",
+    "SagaChange",
+    "SagaClosedError",
+    "SagaDefinition",
+    "SagaDefinitionError",
+    "SagaEvent",
+    "SagaNotFoundError",
+    "SagaRecord",
+    "SagaRollbackError",
+    "SagaSnapshot",
+    "SagaStatus",
+    "SagaStep",
+    "SagaStore",
+    "SerializationError",
+    "Severity",
+    "StepNotFoundError",
+    "StepSnapshot",
+    "StepState",
+    "StepTimeoutError",
+    "StoreError",
+    "SystemClock",
+    "Tool",
+    "ToolDefinitionError",
+    "TransitionError",
+    "UndoContext",
+    "UndoCoreError",
+    "WrappedTools",
+    "__version__",
+    "arecover",
+    "attach",
+    "audit_listener",
+    "define_saga",
+    "define_tool",
+    "recover",
+    "wrap_tools",
+]

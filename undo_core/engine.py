@@ -1,0 +1,1068 @@
+"""The saga state machine, written once for both :class:`Saga` and :class:`AsyncSaga`.
+
+The algorithms (execute a step, roll back, retry an undo, ask a gate) are
+generators that *yield effects* (call this function, ask the gate, sleep) and
+receive their outcomes. The sync and async sagas only differ in how they
+perform an effect, so the rules live here, in one place.
+
+Every state change goes through :meth:`SagaCore._step_to` or
+:meth:`SagaCore._saga_to`: check the transition table, write to the store,
+then change memory, then tell listeners. A transition that the store refuses
+did not happen, except for transitions that record something the world
+already did (a tool ran, an undo ran): those change memory anyway and the
+store error is raised afterwards, never swallowed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import traceback as tb
+import uuid
+from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeVar
+
+from .clock import Clock, SystemClock
+from .errors import (
+    GateError,
+    SagaClosedError,
+    SagaRollbackError,
+    StepNotFoundError,
+    StoreError,
+    TransitionError,
+)
+from .gates import (
+    ApprovalPolicy,
+    ApprovalRequest,
+    AutoApproveGate,
+    Decision,
+    DecisionAction,
+    FailedCompensation,
+)
+from .records import (
+    AttemptOutcome,
+    CompensationAttempt,
+    EventKind,
+    SagaEvent,
+    SagaRecord,
+    SagaSnapshot,
+    StepSnapshot,
+)
+from .states import (
+    SETTLED_STEP_STATES,
+    SagaStatus,
+    StepState,
+    check_saga_transition,
+    check_step_transition,
+)
+from .storage import MemoryStore, SagaChange, SagaStore
+from .tools import ExecuteContext, Tool, UndoContext
+
+__all__ = ["CompensationFailureMode", "Listener", "RollbackReport", "SagaCore"]
+
+log = logging.getLogger("undo_core")
+
+CompensationFailureMode = Literal["continue", "halt"]
+Listener = Callable[[SagaEvent], None]
+T = TypeVar("T")
+
+# States in which a step still carries a side effect that nobody has settled.
+_UNSETTLED = frozenset(
+    {
+        StepState.ROLLBACK_FAILED,
+        StepState.IN_DOUBT,
+        StepState.AWAITING_APPROVAL,
+        StepState.COMPENSATING,
+    }
+)
+
+
+# ---------------------------------------------------------------- effects
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Effect: call ``fn(*args)`` (maybe async) with an optional timeout."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    timeout: float | None
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """Effect: ask the gate (``method`` is ``approve_compensation`` or ``compensation_failed``)."""
+
+    method: str
+    request: ApprovalRequest | FailedCompensation
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Effect: wait before the next undo attempt."""
+
+    seconds: float
+
+
+Effect = Call | Ask | Sleep
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What performing an effect gave back to the algorithm."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+
+Flow = Generator[Effect, Outcome | None, T]
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackReport:
+    """What a rollback (or resume) left behind, step ids newest first."""
+
+    status: SagaStatus
+    rolled_back: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    """Steps whose undo failed (ROLLBACK_FAILED)."""
+    skipped: tuple[str, ...] = ()
+    """Completed steps with no undo: their side effects remain."""
+    rejected: tuple[str, ...] = ()
+    resolved: tuple[str, ...] = ()
+    in_doubt: tuple[str, ...] = ()
+    unresolved: tuple[str, ...] = ()
+    """Steps that still need a human: failed, in doubt, awaiting approval or never reached."""
+
+    @property
+    def clean(self) -> bool:
+        """Every side effect was undone by its own undo."""
+        return self.status is SagaStatus.ROLLED_BACK and not (
+            self.skipped or self.rejected or self.resolved
+        )
+
+
+class _StepOutcome:
+    ROLLED_BACK = "rolled_back"
+    FAILED = "failed"
+    LEFT = "left"
+    DONE = "done"
+
+
+# ---------------------------------------------------------------- the mutable step
+
+
+@dataclass(slots=True)
+class _Step:
+    id: str
+    index: int
+    tool_name: str
+    tool: Tool | None
+    input: Any
+    state: StepState
+    created_at: datetime
+    updated_at: datetime
+    has_undo: bool
+    requires_approval: bool
+    reversibility: str
+    idempotency_key: str
+    output: Any = None
+    error: str | None = None
+    error_type: str | None = None
+    traceback: str | None = None
+    completed_at: datetime | None = None
+    attempts: tuple[CompensationAttempt, ...] = ()
+    decision_note: str | None = None
+    decided_by: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def snapshot(self) -> StepSnapshot:
+        return StepSnapshot(
+            id=self.id,
+            index=self.index,
+            tool_name=self.tool_name,
+            state=self.state,
+            input=self.input,
+            output=self.output,
+            error=self.error,
+            error_type=self.error_type,
+            traceback=self.traceback,
+            has_undo=self.has_undo,
+            requires_approval=self.requires_approval,
+            reversibility=self.reversibility,
+            idempotency_key=self.idempotency_key,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            completed_at=self.completed_at,
+            compensation_attempts=self.attempts,
+            decision_note=self.decision_note,
+            decided_by=self.decided_by,
+            metadata=self.metadata,
+        )
+
+    @classmethod
+    def restore(cls, snap: StepSnapshot, tool: Tool | None) -> _Step:
+        return cls(
+            id=snap.id,
+            index=snap.index,
+            tool_name=snap.tool_name,
+            tool=tool,
+            input=snap.input,
+            state=snap.state,
+            created_at=snap.created_at or snap.updated_at or datetime.min,
+            updated_at=snap.updated_at or snap.created_at or datetime.min,
+            has_undo=snap.has_undo,
+            requires_approval=snap.requires_approval,
+            reversibility=snap.reversibility,
+            idempotency_key=snap.idempotency_key,
+            output=snap.output,
+            error=snap.error,
+            error_type=snap.error_type,
+            traceback=snap.traceback,
+            completed_at=snap.completed_at,
+            attempts=snap.compensation_attempts,
+            decision_note=snap.decision_note,
+            decided_by=snap.decided_by,
+            metadata=dict(snap.metadata),
+        )
+
+
+def _describe(error: BaseException | str) -> tuple[str, str | None, str | None]:
+    """(message, type name, traceback text) of an error or a plain message."""
+    if isinstance(error, BaseException):
+        trace = "".join(tb.format_exception(error)) if error.__traceback__ else None
+        return str(error) or type(error).__name__, type(error).__name__, trace
+    return str(error), None, None
+
+
+def default_owner() -> str:
+    """A lease owner id naming this host and process, so recovery can tell if it died."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+# ---------------------------------------------------------------- the core
+
+
+class SagaCore:
+    """State, transitions and algorithms shared by :class:`Saga` and :class:`AsyncSaga`."""
+
+    _async = False
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        auto_rollback_on_failure: bool = True,
+        on_compensation_failure: CompensationFailureMode = "continue",
+        store: SagaStore | None = None,
+        gate: Any = None,
+        approval_policy: ApprovalPolicy | None = None,
+        listeners: Iterable[Listener] = (),
+        clock: Clock | None = None,
+        saga_id: str | None = None,
+        owner: str | None = None,
+        lease_seconds: float = 300.0,
+        actor: str | None = None,
+    ) -> None:
+        if on_compensation_failure not in ("continue", "halt"):
+            raise ValueError(
+                "on_compensation_failure must be 'continue' or 'halt', "
+                f"got {on_compensation_failure!r}"
+            )
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise ValueError("saga name must be a non-empty string or None")
+        if store is not None and not all(
+            callable(getattr(store, m, None)) for m in ("apply", "load", "acquire_lease")
+        ):
+            raise TypeError(f"store must implement SagaStore, got {type(store).__name__}")
+        if approval_policy is not None and not callable(approval_policy):
+            raise TypeError("approval_policy must be callable (step snapshot -> bool)")
+        self._gate = gate if gate is not None else AutoApproveGate()
+        self._check_gate(self._gate)
+        self._clock: Clock = clock or SystemClock()
+        now = self._clock.now()
+        self.auto_rollback_on_failure = auto_rollback_on_failure
+        self.on_compensation_failure: CompensationFailureMode = on_compensation_failure
+        self._store: SagaStore = store if store is not None else MemoryStore()
+        self._approval_policy = approval_policy
+        self._listeners: list[Listener] = list(listeners)
+        self._actor = actor
+        self._owner = owner or default_owner()
+        self._lease = timedelta(seconds=lease_seconds)
+        self._steps: list[_Step] = []
+        self._by_id: dict[str, _Step] = {}
+        self._first_comp_error: tuple[BaseException, _Step] | None = None
+        self._pending_store_error: StoreError | None = None
+        self._record = SagaRecord(
+            id=saga_id or str(uuid.uuid4()),
+            name=name or f"saga-{int(now.timestamp() * 1000)}",
+            status=SagaStatus.IN_PROGRESS,
+            created_at=now,
+            updated_at=now,
+            options={
+                "on_compensation_failure": on_compensation_failure,
+                "auto_rollback_on_failure": auto_rollback_on_failure,
+                "kind": "imperative",
+            },
+            lease_owner=self._owner,
+            lease_expires_at=now + self._lease,
+        )
+        self._started = False
+
+    # ------------------------------------------------------------ public reads
+
+    @property
+    def id(self) -> str:
+        return self._record.id
+
+    @property
+    def name(self) -> str:
+        return self._record.name
+
+    @property
+    def status(self) -> SagaStatus:
+        return self._record.status
+
+    @property
+    def steps(self) -> tuple[StepSnapshot, ...]:
+        """Immutable snapshots of every step, oldest first."""
+        return tuple(s.snapshot() for s in self._steps)
+
+    @property
+    def store(self) -> SagaStore:
+        return self._store
+
+    def step(self, step_id: str) -> StepSnapshot:
+        """One step's snapshot; :class:`StepNotFoundError` if unknown."""
+        return self._get(step_id).snapshot()
+
+    def snapshot(self) -> SagaSnapshot:
+        return SagaSnapshot(self._record, self.steps)
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(event)`` on every transition; returns an unsubscribe function."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def report(self) -> RollbackReport:
+        """Where every step stands now, as a rollback would report it."""
+        newest_first = list(reversed(self._steps))
+
+        def ids(*states: StepState) -> tuple[str, ...]:
+            return tuple(s.id for s in newest_first if s.state in states)
+
+        return RollbackReport(
+            status=self.status,
+            rolled_back=ids(StepState.ROLLED_BACK),
+            failed=ids(StepState.ROLLBACK_FAILED),
+            skipped=tuple(
+                s.id for s in newest_first if s.state is StepState.COMPLETED and not s.has_undo
+            ),
+            rejected=ids(StepState.REJECTED),
+            resolved=ids(StepState.RESOLVED),
+            in_doubt=ids(StepState.IN_DOUBT),
+            unresolved=tuple(s.id for s in newest_first if self._unsettled(s)),
+        )
+
+    def __repr__(self) -> str:
+        kind = type(self).__name__
+        return f"<{kind} {self.name!r} {self.id} {self.status} steps={len(self._steps)}>"
+
+    # ------------------------------------------------------------ checks
+
+    def _check_gate(self, gate: Any) -> None:
+        for method in ("approve_compensation", "compensation_failed"):
+            if not callable(getattr(gate, method, None)):
+                raise TypeError(f"gate must implement ApprovalGate: missing {method}()")
+
+    def _check_tool(self, tool: Any) -> Tool:
+        if not isinstance(tool, Tool):
+            raise TypeError(f"expected a Tool from define_tool(), got {type(tool).__name__}")
+        return tool
+
+    def _require_open(self, action: str) -> None:
+        if self.status is not SagaStatus.IN_PROGRESS:
+            raise SagaClosedError(
+                f"saga {self.name!r}",
+                self.status,
+                SagaStatus.IN_PROGRESS,
+                f"it has ended, so {action} is refused (the tool was not called)",
+            )
+
+    def _get(self, step_id: str) -> _Step:
+        try:
+            return self._by_id[step_id]
+        except (KeyError, TypeError):
+            raise StepNotFoundError(f"saga {self.name!r} has no step {step_id!r}") from None
+
+    def _unsettled(self, step: _Step) -> bool:
+        if step.state in _UNSETTLED:
+            return True
+        return (
+            step.state is StepState.COMPLETED
+            and step.has_undo
+            and self.status
+            in (
+                SagaStatus.ROLLBACK_FAILED,
+                SagaStatus.COMPENSATING,
+            )
+        )
+
+    # ------------------------------------------------------------ transitions
+
+    def _commit(self, record: SagaRecord, step: _Step | None, event: SagaEvent) -> None:
+        change = SagaChange(record, step.snapshot() if step is not None else None, event)
+        self._store.apply(change)
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:  # a listener must never break the saga
+                log.exception("saga listener %r failed on %s", listener, event)
+
+    def _next_record(self, **changes: Any) -> SagaRecord:
+        now = self._clock.now()
+        return replace(
+            self._record,
+            seq=self._record.seq + 1,
+            updated_at=now,
+            lease_expires_at=now + self._lease,
+            **changes,
+        )
+
+    def _event(
+        self,
+        record: SagaRecord,
+        kind: EventKind,
+        to_state: str,
+        from_state: str | None,
+        step: _Step | None = None,
+        *,
+        actor: str | None = None,
+        detail: str | None = None,
+    ) -> SagaEvent:
+        return SagaEvent(
+            saga_id=record.id,
+            saga_name=record.name,
+            seq=record.seq,
+            kind=kind,
+            to_state=to_state,
+            from_state=from_state,
+            at=record.updated_at,
+            step_id=step.id if step else None,
+            tool_name=step.tool_name if step else None,
+            actor=actor or self._actor,
+            detail=detail,
+        )
+
+    def _saga_to(self, status: SagaStatus, *, actor: str | None = None, **fields: Any) -> None:
+        check_saga_transition(self.status, status, saga_id=self.id)
+        record = self._next_record(status=status, **fields)
+        event = self._event(record, EventKind.SAGA, status, self.status, actor=actor)
+        self._commit(record, None, event)
+        self._record = record
+
+    def _step_to(
+        self,
+        step: _Step,
+        state: StepState,
+        *,
+        actor: str | None = None,
+        happened: bool = False,
+        detail: str | None = None,
+        **fields: Any,
+    ) -> None:
+        """Move one step; ``happened=True`` when the world already changed (see module doc)."""
+        check_step_transition(step.state, state, step_id=step.id)
+        previous = {name: getattr(step, name) for name in fields}
+        before = step.state
+        record = self._next_record()
+        now = record.updated_at
+        step.state, step.updated_at = state, now
+        for name, value in fields.items():
+            setattr(step, name, value)
+        event = self._event(record, EventKind.STEP, state, before, step, actor=actor, detail=detail)
+        try:
+            self._commit(record, step, event)
+        except StoreError as err:
+            if not happened:
+                step.state = before
+                for name, value in previous.items():
+                    setattr(step, name, value)
+                raise
+            self._pending_store_error = self._pending_store_error or err
+        self._record = record
+
+    def _attempt_event(self, step: _Step, attempt: CompensationAttempt) -> None:
+        """Record a failed undo attempt that will be retried (the step stays COMPENSATING)."""
+        step.attempts = (*step.attempts, attempt)
+        record = self._next_record()
+        event = self._event(
+            record,
+            EventKind.ATTEMPT,
+            step.state,
+            step.state,
+            step,
+            actor=attempt.actor,
+            detail=attempt.error,
+        )
+        try:
+            self._commit(record, step, event)
+        except StoreError as err:
+            self._pending_store_error = self._pending_store_error or err
+        self._record = record
+
+    def _raise_pending_store_error(self) -> None:
+        err, self._pending_store_error = self._pending_store_error, None
+        if err is not None:
+            raise err
+
+    # ------------------------------------------------------------ steps
+
+    def _start(self) -> None:
+        """Write the saga row once, before its first step."""
+        if self._started:
+            return
+        record = self._next_record()
+        self._commit(record, None, self._event(record, EventKind.SAGA, record.status, None))
+        self._record = record
+        self._started = True
+
+    def _new_step(
+        self,
+        tool: Tool,
+        input: Any,
+        *,
+        step_id: str | None = None,
+        requires_approval: bool | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> _Step:
+        """Create a step and persist it as PENDING before anything runs."""
+        if tool.is_async and not self._async:
+            raise TypeError(
+                f"tool {tool.name!r} is async: use AsyncSaga (Saga runs plain functions only)"
+            )
+        number = self._record.next_step_number
+        sid = step_id or f"step-{number}"
+        if sid in self._by_id:
+            raise ValueError(f"saga {self.name!r} already has a step {sid!r}")
+        self._start()
+        record = self._next_record(next_step_number=number + 1)
+        step = _Step(
+            id=sid,
+            index=len(self._steps),
+            tool_name=tool.name,
+            tool=tool,
+            input=input,
+            state=StepState.PENDING,
+            created_at=record.updated_at,
+            updated_at=record.updated_at,
+            has_undo=tool.has_undo,
+            requires_approval=tool.requires_approval
+            if requires_approval is None
+            else bool(requires_approval),
+            reversibility=str(tool.reversibility),
+            idempotency_key=f"{self.id}:{sid}",
+            metadata=dict(metadata or {}),
+        )
+        self._commit(record, step, self._event(record, EventKind.STEP, step.state, None, step))
+        self._record = record
+        self._steps.append(step)
+        self._by_id[sid] = step
+        return step
+
+    def _complete_step(self, step: _Step, output: Any, *, happened: bool) -> None:
+        self._step_to(
+            step,
+            StepState.COMPLETED,
+            happened=happened,
+            output=output,
+            completed_at=self._clock.now(),
+        )
+
+    def _fail_step(self, step: _Step, error: BaseException | str) -> None:
+        message, kind, trace = _describe(error)
+        self._step_to(
+            step,
+            StepState.FAILED,
+            happened=True,
+            error=message,
+            error_type=kind,
+            traceback=trace,
+            detail=message,
+        )
+
+    # ------------------------------------------------------------ flows
+
+    def _execute_flow(
+        self, tool: Tool, input: Any, *, step_id: str | None = None, metadata: Any = None
+    ) -> Flow[Any]:
+        tool = self._check_tool(tool)
+        self._require_open("execute")
+        try:
+            resumed = self._by_id.get(step_id) if step_id is not None else None
+            if resumed is not None and resumed.state is StepState.PENDING:
+                step = resumed  # resuming a step its process died in: run it again
+            else:
+                step = self._new_step(tool, input, step_id=step_id, metadata=metadata)
+        except StoreError as err:
+            # The PENDING write failed: the tool does not run, and the step fails.
+            step = self._unpersisted_failed_step(tool, input, err, step_id)
+            return (yield from self._after_failure(step, err))
+        ctx = ExecuteContext(self.id, step.id, step.idempotency_key, step.metadata)
+        args = (input, ctx) if tool.execute_takes_context else (input,)
+        outcome = yield Call(tool.execute, args, tool.execute_timeout, f"{tool.name}.execute")
+        assert outcome is not None
+        if outcome.error is None:
+            self._complete_step(step, outcome.value, happened=True)
+            if self._pending_store_error is None:
+                return outcome.value
+            # The effect happened but could not be recorded: fail, and undo it too.
+            error: BaseException = self._pending_store_error
+            self._pending_store_error = None
+        else:
+            error = outcome.error
+            self._fail_step(step, error)
+        return (yield from self._after_failure(step, error))
+
+    def _unpersisted_failed_step(
+        self, tool: Tool, input: Any, error: StoreError, step_id: str | None
+    ) -> _Step:
+        number = self._record.next_step_number
+        self._record = replace(self._record, next_step_number=number + 1)
+        sid = step_id or f"step-{number}"
+        now = self._clock.now()
+        message, kind, trace = _describe(error)
+        step = _Step(
+            id=sid,
+            index=len(self._steps),
+            tool_name=tool.name,
+            tool=tool,
+            input=input,
+            state=StepState.FAILED,
+            created_at=now,
+            updated_at=now,
+            has_undo=tool.has_undo,
+            requires_approval=tool.requires_approval,
+            reversibility=str(tool.reversibility),
+            idempotency_key=f"{self.id}:{sid}",
+            error=message,
+            error_type=kind,
+            traceback=trace,
+        )
+        self._steps.append(step)
+        self._by_id[sid] = step
+        return step
+
+    def _after_failure(self, step: _Step, error: BaseException) -> Flow[Any]:
+        if not self.auto_rollback_on_failure:
+            self._saga_to(SagaStatus.FAILED, failed_step=step.id)
+            raise error
+        self._record = replace(self._record, failed_step=step.id)
+        report = yield from self._rollback_flow(None)
+        raise self._rollback_error(report, step, error)
+
+    def _rollback_flow(self, actor: str | None, *, resume: bool = False) -> Flow[RollbackReport]:
+        if resume:
+            if self.status is SagaStatus.ROLLED_BACK:
+                return self.report()
+            if self.status not in (SagaStatus.ROLLBACK_FAILED, SagaStatus.COMPENSATING):
+                raise TransitionError(
+                    f"saga {self.name!r}",
+                    self.status,
+                    SagaStatus.COMPENSATING,
+                    "only a saga whose rollback stopped can resume it; call rollback()",
+                )
+        elif self.status in (SagaStatus.ROLLED_BACK, SagaStatus.ROLLBACK_FAILED):
+            return self.report()  # a second rollback() is a no-op
+        elif self.status is SagaStatus.COMPENSATING:
+            raise TransitionError(
+                f"saga {self.name!r}", self.status, SagaStatus.COMPENSATING, "already rolling back"
+            )
+        self._start()
+        for step in self._steps:
+            if step.state is StepState.PENDING:
+                self._step_to(
+                    step,
+                    StepState.FAILED,
+                    actor=actor,
+                    error="never marked completed before the rollback; treated as not executed",
+                )
+        if self.status is not SagaStatus.COMPENSATING:
+            self._saga_to(SagaStatus.COMPENSATING, actor=actor)
+        halt = self.on_compensation_failure == "halt"
+        for step in reversed(self._steps):
+            result = yield from self._compensate(step, actor)
+            if halt and result in (_StepOutcome.FAILED, _StepOutcome.LEFT):
+                break
+        self._settle(actor)
+        self._raise_pending_store_error()
+        return self.report()
+
+    def _settle(self, actor: str | None) -> None:
+        """End a rollback: ROLLED_BACK if nothing is left for a human, else ROLLBACK_FAILED."""
+        if self.status is SagaStatus.COMPENSATING:
+            left = any(self._unsettled(s) for s in self._steps)
+            self._saga_to(
+                SagaStatus.ROLLBACK_FAILED if left else SagaStatus.ROLLED_BACK, actor=actor
+            )
+        elif self.status is SagaStatus.ROLLBACK_FAILED and not any(
+            self._unsettled(s) for s in self._steps
+        ):
+            self._saga_to(SagaStatus.ROLLED_BACK, actor=actor)
+
+    def _approval_reason(self, step: _Step) -> str | None:
+        if step.tool is not None and step.tool.requires_approval:
+            return f"tool {step.tool_name!r} requires approval before its undo runs"
+        if step.requires_approval:
+            return "the step was registered as needing approval"
+        if self._approval_policy is not None and self._approval_policy(step.snapshot()):
+            return "the saga's approval policy matched this step"
+        return None
+
+    def _compensate(self, step: _Step, actor: str | None) -> Flow[str]:
+        """Compensate one step, whatever state the rollback finds it in."""
+        state = step.state
+        if state in SETTLED_STEP_STATES or state is StepState.PENDING:
+            return _StepOutcome.DONE
+        if state is StepState.COMPLETED and not step.has_undo:
+            return _StepOutcome.DONE  # nothing to undo: reported as skipped
+        if state is StepState.IN_DOUBT:
+            return _StepOutcome.LEFT
+        if state is StepState.ROLLBACK_FAILED:
+            return (yield from self._handle_failure(step, actor))
+        if state is StepState.COMPLETED:
+            why = self._approval_reason(step)
+            if why is not None:
+                self._step_to(step, StepState.AWAITING_APPROVAL, actor=actor, detail=why)
+        if step.state is StepState.AWAITING_APPROVAL:
+            why = self._approval_reason(step) or "awaiting approval"
+            request = ApprovalRequest(self.id, self.name, step.snapshot(), why)
+            outcome = yield Ask("approve_compensation", request)
+            assert outcome is not None
+            if outcome.error is not None:
+                log.warning("approval gate failed for %s/%s: %r", self.id, step.id, outcome.error)
+                return _StepOutcome.LEFT
+            decision = self._decision(outcome.value, DecisionAction.APPROVE, DecisionAction.REJECT)
+            if decision.action is DecisionAction.REJECT:
+                self._step_to(
+                    step,
+                    StepState.REJECTED,
+                    actor=decision.actor,
+                    decision_note=decision.reason,
+                    decided_by=decision.actor,
+                    detail=decision.reason,
+                )
+                return _StepOutcome.DONE
+            actor = decision.actor or actor
+            self._step_to(
+                step,
+                StepState.COMPENSATING,
+                actor=actor,
+                decided_by=decision.actor,
+                decision_note=decision.reason,
+                detail="approved",
+            )
+        if (yield from self._run_undo(step, actor)):
+            return _StepOutcome.ROLLED_BACK
+        return (yield from self._handle_failure(step, actor))
+
+    def _handle_failure(self, step: _Step, actor: str | None) -> Flow[str]:
+        """An undo failed: under "halt" ask the gate (retry, resolve, leave); else move on."""
+        while self.on_compensation_failure == "halt":
+            request = FailedCompensation(
+                self.id, self.name, step.snapshot(), step.error or "", len(step.attempts)
+            )
+            outcome = yield Ask("compensation_failed", request)
+            assert outcome is not None
+            if outcome.error is not None:
+                log.warning("gate failed on %s/%s: %r", self.id, step.id, outcome.error)
+                return _StepOutcome.LEFT
+            decision = self._decision(
+                outcome.value, DecisionAction.RETRY, DecisionAction.RESOLVE, DecisionAction.LEAVE
+            )
+            if decision.action is DecisionAction.RESOLVE:
+                self._resolve(step, decision.reason or "", decision.actor)
+                return _StepOutcome.DONE
+            if decision.action is DecisionAction.LEAVE:
+                return _StepOutcome.LEFT
+            if (yield from self._run_undo(step, decision.actor or actor)):
+                return _StepOutcome.ROLLED_BACK
+        return _StepOutcome.FAILED
+
+    def _decision(self, value: Any, *allowed: DecisionAction) -> Decision:
+        if not isinstance(value, Decision) or value.action not in allowed:
+            names = ", ".join(a.name for a in allowed)
+            raise GateError(f"the gate must answer a Decision of {names}; got {value!r}")
+        return value
+
+    def _run_undo(self, step: _Step, actor: str | None) -> Flow[bool]:
+        """Run a step's undo under its retry policy; ends ROLLED_BACK or ROLLBACK_FAILED."""
+        if step.state is not StepState.COMPENSATING:
+            self._step_to(step, StepState.COMPENSATING, actor=actor)
+        tool = step.tool
+        if tool is None or tool.undo is None:
+            message = (
+                f"tool {step.tool_name!r} is not registered in this process, so its undo cannot run"
+                if tool is None
+                else f"tool {step.tool_name!r} has no undo"
+            )
+            self._undo_failed(step, LookupError(message), self._clock.now(), actor, timed_out=False)
+            return False
+        policy = tool.undo_retry
+        tries = 0
+        while True:
+            tries += 1
+            number = len(step.attempts) + 1
+            ctx = UndoContext(self.id, step.id, step.idempotency_key, number, actor)
+            args = (step.output, step.input, ctx)[: tool.undo_arity]
+            started = self._clock.now()
+            outcome = yield Call(tool.undo, args, tool.undo_timeout, f"{tool.name}.undo")
+            assert outcome is not None
+            if outcome.error is None:
+                attempt = CompensationAttempt(
+                    number, started, self._clock.now(), AttemptOutcome.SUCCEEDED, None, actor
+                )
+                self._step_to(
+                    step,
+                    StepState.ROLLED_BACK,
+                    actor=actor,
+                    happened=True,
+                    attempts=(*step.attempts, attempt),
+                )
+                return True
+            error = outcome.error
+            timed_out = isinstance(error, TimeoutError)
+            if not policy.should_retry(error, tries):
+                self._undo_failed(step, error, started, actor, timed_out=timed_out)
+                return False
+            self._attempt_event(
+                step,
+                CompensationAttempt(
+                    number,
+                    started,
+                    self._clock.now(),
+                    AttemptOutcome.TIMED_OUT if timed_out else AttemptOutcome.FAILED,
+                    _describe(error)[0],
+                    actor,
+                ),
+            )
+            yield Sleep(policy.delay(tries))
+
+    def _undo_failed(
+        self,
+        step: _Step,
+        error: BaseException,
+        started: datetime,
+        actor: str | None,
+        *,
+        timed_out: bool,
+    ) -> None:
+        message, kind, trace = _describe(error)
+        attempt = CompensationAttempt(
+            len(step.attempts) + 1,
+            started,
+            self._clock.now(),
+            AttemptOutcome.TIMED_OUT if timed_out else AttemptOutcome.FAILED,
+            message,
+            actor,
+        )
+        if self._first_comp_error is None:
+            self._first_comp_error = (error, step)
+        self._step_to(
+            step,
+            StepState.ROLLBACK_FAILED,
+            actor=actor,
+            happened=True,
+            attempts=(*step.attempts, attempt),
+            error=message,
+            error_type=kind,
+            traceback=trace,
+            detail=message,
+        )
+
+    def _resolve(self, step: _Step, note: str, actor: str | None) -> None:
+        if not note or not note.strip():
+            raise ValueError("resolve() needs a note saying how the side effect was handled")
+        self._step_to(
+            step,
+            StepState.RESOLVED,
+            actor=actor,
+            decision_note=note,
+            decided_by=actor,
+            detail=note,
+        )
+
+    def _human_step(self, step_id: str, action: str) -> _Step:
+        step = self._get(step_id)
+        if self.status not in (SagaStatus.ROLLBACK_FAILED, SagaStatus.COMPENSATING):
+            raise TransitionError(
+                f"saga {self.name!r}",
+                self.status,
+                SagaStatus.COMPENSATING,
+                f"{action} applies to a saga whose rollback failed",
+            )
+        if step.state not in (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT):
+            raise TransitionError(
+                f"step {step.id!r}",
+                step.state,
+                StepState.COMPENSATING,
+                f"{action} applies to a ROLLBACK_FAILED or IN_DOUBT step",
+            )
+        return step
+
+    def _retry_flow(self, step_id: str, actor: str | None) -> Flow[StepSnapshot]:
+        step = self._human_step(step_id, "retry_compensation")
+        yield from self._run_undo(step, actor or self._actor)
+        self._settle(actor)
+        self._raise_pending_store_error()
+        return step.snapshot()
+
+    # ------------------------------------------------------------ manual flow (sync parts)
+
+    def add_step(
+        self,
+        tool: Tool,
+        input: Any = None,
+        *,
+        requires_approval: bool | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Register a step without running it (agent-undo's ``addStep``); returns its id."""
+        tool = self._check_tool(tool)
+        self._require_open("add_step")
+        return self._new_step(
+            tool, input, requires_approval=requires_approval, metadata=metadata
+        ).id
+
+    def mark_completed(self, step_id: str, output: Any = None) -> None:
+        """A registered step ran: record its output (it will be undone on rollback)."""
+        step = self._get(step_id)
+        self._require_open("mark_completed")
+        self._complete_step(step, output, happened=False)
+
+    def mark_failed(self, step_id: str, error: BaseException | str) -> None:
+        """A registered step failed; the saga stays open (call ``rollback()`` to undo)."""
+        step = self._get(step_id)
+        self._require_open("mark_failed")
+        check_step_transition(step.state, StepState.FAILED, step_id=step.id)
+        self._fail_step(step, error)
+        self._raise_pending_store_error()
+
+    def complete(self) -> None:
+        """Finish the saga successfully: COMPLETED (nothing is undone)."""
+        pending = [s.id for s in self._steps if s.state is StepState.PENDING]
+        if pending and self.status is SagaStatus.IN_PROGRESS:
+            raise TransitionError(
+                f"saga {self.name!r}",
+                self.status,
+                SagaStatus.COMPLETED,
+                f"steps {', '.join(pending)} are still PENDING: mark them completed or failed",
+            )
+        self._start()
+        self._saga_to(SagaStatus.COMPLETED)
+
+    def resolve(self, step_id: str, note: str, *, actor: str | None = None) -> StepSnapshot:
+        """A human handled a failed (or in-doubt) undo by hand: the step becomes RESOLVED."""
+        step = self._human_step(step_id, "resolve")
+        self._resolve(step, note, actor or self._actor)
+        self._settle(actor)
+        return step.snapshot()
+
+    # ------------------------------------------------------------ errors
+
+    def _rollback_error(
+        self, report: RollbackReport, failed: _Step, cause: BaseException
+    ) -> SagaRollbackError:
+        comp = self._first_comp_error
+        return SagaRollbackError(
+            rollback_message(self, report, failed),
+            saga_id=self.id,
+            saga_name=self.name,
+            status=self.status,
+            cause=cause,
+            failed_step=failed.id,
+            failed_step_name=failed.tool_name,
+            compensation_cause=comp[0] if comp else None,
+            failed_comp_step_name=comp[1].tool_name if comp else None,
+            failed_comp_step=comp[1].id if comp else None,
+            rolled_back=report.rolled_back,
+            failed=report.failed,
+            skipped=report.skipped,
+            rejected=report.rejected,
+            unresolved=report.unresolved,
+        )
+
+    # ------------------------------------------------------------ restore
+
+    @classmethod
+    def _restored(
+        cls,
+        snapshot: SagaSnapshot,
+        tools: Mapping[str, Tool],
+        *,
+        store: SagaStore,
+        owner: str,
+        **options: Any,
+    ) -> Any:
+        opts = snapshot.record.options
+        saga = cls(
+            snapshot.record.name,
+            auto_rollback_on_failure=opts.get("auto_rollback_on_failure", True),
+            on_compensation_failure=opts.get("on_compensation_failure", "continue"),
+            store=store,
+            saga_id=snapshot.record.id,
+            owner=owner,
+            **options,
+        )
+        saga._record = replace(snapshot.record, lease_owner=owner)
+        saga._started = True
+        for snap in snapshot.steps:
+            step = _Step.restore(snap, tools.get(snap.tool_name))
+            saga._steps.append(step)
+            saga._by_id[step.id] = step
+        return saga
+
+
+def _label(saga: SagaCore, ids: Iterable[str]) -> str:
+    return ", ".join(f'"{i}" ({saga._by_id[i].tool_name})' for i in ids)
+
+
+def rollback_message(saga: SagaCore, report: RollbackReport, failed: _Step) -> str:
+    """agent-undo's exact message for a clean rollback; a plain account otherwise."""
+    head = f'Task failed at step "{failed.id}" ({failed.tool_name}).'
+    if report.clean:
+        return f"{head} All prior side-effects successfully rolled back."
+    parts = [head]
+    if report.rolled_back:
+        parts.append(f"Rolled back: {_label(saga, report.rolled_back)}.")
+    if report.resolved:
+        parts.append(f"Resolved by hand: {_label(saga, report.resolved)}.")
+    for sid in report.rejected:
+        note = saga._by_id[sid].decision_note
+        parts.append(
+            f'Undo of step {_label(saga, [sid])} was rejected by an approver ("{note}"); '
+            "its side-effects remain."
+        )
+    if report.skipped:
+        parts.append(f"No undo defined, side-effects remain: {_label(saga, report.skipped)}.")
+    for sid in report.failed:
+        parts.append(
+            f"Rollback failed: the undo of step {_label(saga, [sid])} raised: "
+            f"{saga._by_id[sid].error}."
+        )
+    if report.in_doubt:
+        parts.append(
+            f"In doubt (its process stopped while it ran): {_label(saga, report.in_doubt)}."
+        )
+    if report.unresolved:
+        parts.append(
+            f"Manual intervention required; unresolved steps: {', '.join(report.unresolved)}."
+        )
+    return " ".join(parts)

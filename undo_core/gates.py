@@ -1,0 +1,128 @@
+"""Approval gates: who decides before a risky undo runs, and after one fails.
+
+A gate answers two questions, each with a :class:`Decision`:
+
+* ``approve_compensation(request)``: may this undo run? ``APPROVE`` or ``REJECT``.
+* ``compensation_failed(request)``: under ``on_compensation_failure="halt"``,
+  an undo failed; ``RETRY`` it, ``RESOLVE`` it (handled by hand) or ``LEAVE``
+  it for a human and stop the cascade.
+
+A gate may block (or await) for as long as a human takes: sagaboard's SDK
+gate waits for an operator's click. If a gate raises, the engine treats it as
+"no decision yet": the step stays where it is and the saga ends
+ROLLBACK_FAILED, to be resumed later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from .records import StepSnapshot
+
+__all__ = [
+    "ApprovalGate",
+    "ApprovalRequest",
+    "AsyncApprovalGate",
+    "AutoApproveGate",
+    "Decision",
+    "DecisionAction",
+    "FailedCompensation",
+]
+
+
+class DecisionAction(StrEnum):
+    APPROVE = "approve"
+    REJECT = "reject"
+    RETRY = "retry"
+    RESOLVE = "resolve"
+    LEAVE = "leave"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A gate's answer. Use the constructors: ``Decision.approve()``, ``Decision.reject(why)``..."""
+
+    action: DecisionAction
+    reason: str | None = None
+    actor: str | None = None
+
+    @classmethod
+    def approve(cls, *, actor: str | None = None, reason: str | None = None) -> Decision:
+        return cls(DecisionAction.APPROVE, reason, actor)
+
+    @classmethod
+    def reject(cls, reason: str, *, actor: str | None = None) -> Decision:
+        if not reason or not reason.strip():
+            raise ValueError("a rejection needs a reason")
+        return cls(DecisionAction.REJECT, reason, actor)
+
+    @classmethod
+    def retry(cls, *, actor: str | None = None, reason: str | None = None) -> Decision:
+        return cls(DecisionAction.RETRY, reason, actor)
+
+    @classmethod
+    def resolve(cls, note: str, *, actor: str | None = None) -> Decision:
+        if not note or not note.strip():
+            raise ValueError("resolving by hand needs a note saying what was done")
+        return cls(DecisionAction.RESOLVE, note, actor)
+
+    @classmethod
+    def leave(cls, *, actor: str | None = None, reason: str | None = None) -> Decision:
+        return cls(DecisionAction.LEAVE, reason, actor)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """An undo that needs approval before it runs."""
+
+    saga_id: str
+    saga_name: str
+    step: StepSnapshot
+    why: str
+    """Why approval is needed: the tool's flag, the step's flag or the saga's policy."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailedCompensation:
+    """An undo that failed, under ``on_compensation_failure="halt"``."""
+
+    saga_id: str
+    saga_name: str
+    step: StepSnapshot
+    error: str
+    attempts: int
+
+
+@runtime_checkable
+class ApprovalGate(Protocol):
+    """A synchronous gate (for :class:`~undo_core.Saga` and :class:`~undo_core.AsyncSaga`)."""
+
+    def approve_compensation(self, request: ApprovalRequest) -> Decision: ...
+
+    def compensation_failed(self, request: FailedCompensation) -> Decision: ...
+
+
+@runtime_checkable
+class AsyncApprovalGate(Protocol):
+    """An asynchronous gate (for :class:`~undo_core.AsyncSaga` only)."""
+
+    async def approve_compensation(self, request: ApprovalRequest) -> Decision: ...
+
+    async def compensation_failed(self, request: FailedCompensation) -> Decision: ...
+
+
+class AutoApproveGate:
+    """The default: approve every undo, leave every failed undo for a human."""
+
+    def approve_compensation(self, request: ApprovalRequest) -> Decision:
+        return Decision.approve(actor="auto")
+
+    def compensation_failed(self, request: FailedCompensation) -> Decision:
+        return Decision.leave()
+
+
+#: A saga-level policy: does this step's undo need approval?
+ApprovalPolicy = Callable[[StepSnapshot], bool]

@@ -1,0 +1,223 @@
+"""``Saga`` (plain functions) and ``AsyncSaga`` (coroutines): one engine, two drivers."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Self
+
+from .engine import Ask, Call, Effect, Flow, Outcome, RollbackReport, SagaCore, Sleep
+from .errors import StepTimeoutError
+from .records import StepSnapshot
+from .states import SagaStatus
+from .storage import SagaStore
+from .tools import Tool
+
+__all__ = ["AsyncSaga", "Saga"]
+
+
+def _call_with_timeout(call: Call) -> Any:
+    if call.timeout is None:
+        return call.fn(*call.args)
+    # A plain function cannot be interrupted: wait for it in a worker thread and
+    # stop waiting at the deadline (the thread runs on; the step counts as failed).
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="undo_core")
+    try:
+        return pool.submit(call.fn, *call.args).result(timeout=call.timeout)
+    except concurrent.futures.TimeoutError:
+        raise StepTimeoutError(f"{call.what} timed out after {call.timeout:g}s") from None
+    finally:
+        pool.shutdown(wait=False)
+
+
+class Saga(SagaCore):
+    """A saga for synchronous code: ``execute`` calls the tool and rolls back on failure.
+
+    Not thread-safe: one saga is driven by one thread at a time.
+    """
+
+    def _check_gate(self, gate: Any) -> None:
+        super()._check_gate(gate)
+        for method in ("approve_compensation", "compensation_failed"):
+            if inspect.iscoroutinefunction(getattr(gate, method)):
+                raise TypeError("Saga needs a synchronous gate; use AsyncSaga for an async one")
+
+    def _drive(self, flow: Flow[Any]) -> Any:
+        try:
+            effect = next(flow)
+            while True:
+                effect = flow.send(self._perform(effect))
+        except StopIteration as stop:
+            return stop.value
+
+    def _perform(self, effect: Effect) -> Outcome | None:
+        if isinstance(effect, Sleep):
+            self._clock.sleep(effect.seconds)
+            return None
+        try:
+            if isinstance(effect, Ask):
+                value = getattr(self._gate, effect.method)(effect.request)
+            else:
+                value = _call_with_timeout(effect)
+        except Exception as err:
+            return Outcome(error=err)
+        if inspect.isawaitable(value):
+            if inspect.iscoroutine(value):
+                value.close()
+            return Outcome(error=TypeError(f"{effect!r} returned an awaitable; use AsyncSaga"))
+        return Outcome(value)
+
+    def execute(self, tool: Tool, input: Any = None) -> Any:
+        """Run ``tool`` as the next step and return its output.
+
+        On failure, with ``auto_rollback_on_failure`` (the default), undo every
+        completed step newest first and raise :class:`SagaRollbackError`;
+        without it, the saga becomes FAILED and the tool's error propagates.
+        """
+        return self._drive(self._execute_flow(tool, input))
+
+    def rollback(self, *, actor: str | None = None) -> RollbackReport:
+        """Undo every COMPLETED step, newest first. A second call does nothing."""
+        report: RollbackReport = self._drive(self._rollback_flow(actor))
+        return report
+
+    def resume_rollback(self, *, actor: str | None = None) -> RollbackReport:
+        """Continue a rollback that stopped (halted on a failed undo, or interrupted)."""
+        report: RollbackReport = self._drive(self._rollback_flow(actor, resume=True))
+        return report
+
+    def retry_compensation(self, step_id: str, *, actor: str | None = None) -> StepSnapshot:
+        """Run a ROLLBACK_FAILED (or IN_DOUBT) step's undo again, under its retry policy."""
+        snapshot: StepSnapshot = self._drive(self._retry_flow(step_id, actor))
+        return snapshot
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            if self.status is SagaStatus.IN_PROGRESS:
+                self.complete()
+        elif self.status in (SagaStatus.IN_PROGRESS, SagaStatus.FAILED):
+            self.rollback()
+
+    @classmethod
+    def restore(
+        cls,
+        store: SagaStore,
+        saga_id: str,
+        tools: Mapping[str, Tool],
+        *,
+        owner: str | None = None,
+        **options: Any,
+    ) -> Self:
+        """Rebuild a saga from its store, to retry or resolve it from another process.
+
+        Takes the saga's lease; see :func:`undo_core.recovery.attach`.
+        """
+        from .recovery import attach
+
+        return attach(cls, store, saga_id, tools, owner=owner, **options)
+
+
+class AsyncSaga(SagaCore):
+    """A saga for ``async`` code; tools and gate may be plain or async functions."""
+
+    _async = True
+
+    async def _drive(self, flow: Flow[Any]) -> Any:
+        try:
+            effect = next(flow)
+            while True:
+                effect = flow.send(await self._perform(effect))
+        except StopIteration as stop:
+            return stop.value
+
+    async def _perform(self, effect: Effect) -> Outcome | None:
+        if isinstance(effect, Sleep):
+            await self._clock.asleep(effect.seconds)
+            return None
+        try:
+            if isinstance(effect, Ask):
+                value = getattr(self._gate, effect.method)(effect.request)
+                if inspect.isawaitable(value):
+                    value = await value
+            else:
+                value = await self._call(effect)
+        except Exception as err:
+            return Outcome(error=err)
+        return Outcome(value)
+
+    async def _call(self, call: Call) -> Any:
+        if inspect.iscoroutinefunction(call.fn) or inspect.iscoroutinefunction(
+            getattr(call.fn, "__call__", None)  # noqa: B004
+        ):
+            coro = call.fn(*call.args)
+        elif call.timeout is not None:
+            coro = asyncio.to_thread(call.fn, *call.args)
+        else:
+            value = call.fn(*call.args)
+            return await value if inspect.isawaitable(value) else value
+        if call.timeout is None:
+            return await coro
+        try:
+            return await asyncio.wait_for(coro, call.timeout)
+        except TimeoutError:
+            raise StepTimeoutError(f"{call.what} timed out after {call.timeout:g}s") from None
+
+    async def execute(self, tool: Tool, input: Any = None) -> Any:
+        """Run ``tool`` as the next step and return its output (see :meth:`Saga.execute`)."""
+        return await self._drive(self._execute_flow(tool, input))
+
+    async def rollback(self, *, actor: str | None = None) -> RollbackReport:
+        """Undo every COMPLETED step, newest first. A second call does nothing."""
+        report: RollbackReport = await self._drive(self._rollback_flow(actor))
+        return report
+
+    async def resume_rollback(self, *, actor: str | None = None) -> RollbackReport:
+        """Continue a rollback that stopped (halted on a failed undo, or interrupted)."""
+        report: RollbackReport = await self._drive(self._rollback_flow(actor, resume=True))
+        return report
+
+    async def retry_compensation(self, step_id: str, *, actor: str | None = None) -> StepSnapshot:
+        """Run a ROLLBACK_FAILED (or IN_DOUBT) step's undo again, under its retry policy."""
+        snapshot: StepSnapshot = await self._drive(self._retry_flow(step_id, actor))
+        return snapshot
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            if self.status is SagaStatus.IN_PROGRESS:
+                self.complete()
+        elif self.status in (SagaStatus.IN_PROGRESS, SagaStatus.FAILED):
+            await self.rollback()
+
+    @classmethod
+    def restore(
+        cls,
+        store: SagaStore,
+        saga_id: str,
+        tools: Mapping[str, Tool],
+        *,
+        owner: str | None = None,
+        **options: Any,
+    ) -> Self:
+        """Rebuild a saga from its store (see :meth:`Saga.restore`)."""
+        from .recovery import attach
+
+        return attach(cls, store, saga_id, tools, owner=owner, **options)
