@@ -27,7 +27,7 @@ from .recovery import attach
 from .saga import AsyncSaga, Saga
 from .states import SagaStatus
 from .storage import SagaStore
-from .tools import Tool, define_tool
+from .tools import Tool, _is_async, define_tool
 
 __all__ = ["RunResult", "SagaDefinition", "SagaStep", "define_saga"]
 
@@ -98,7 +98,7 @@ class SagaDefinition:
     @property
     def is_async(self) -> bool:
         return any(
-            inspect.iscoroutinefunction(f)
+            _is_async(f)  # also callable objects with an ``async def __call__``
             for s in self.steps
             for f in (s.run, s.compensate)
             if f is not None
@@ -147,10 +147,8 @@ class SagaDefinition:
         return saga
 
     def _mark(self, saga: SagaCore, state: Any) -> None:
-        from dataclasses import replace
-
         options = {**saga._record.options, "kind": "declarative", "definition": self.name}
-        saga._record = replace(saga._record, options=options, state=state)
+        saga._record = saga._record._replace(options=options, state=state)
 
     def _restore(self, cls: type[SagaCore], saga_id: str, ctx: Any) -> tuple[Any, Any]:
         if self.store is None:

@@ -21,9 +21,9 @@ import socket
 import traceback as tb
 import uuid
 from collections.abc import Callable, Generator, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from .clock import Clock, SystemClock
 from .errors import (
@@ -83,8 +83,7 @@ _UNSETTLED = frozenset(
 # ---------------------------------------------------------------- effects
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(NamedTuple):
     """Effect: call ``fn(*args)`` (maybe async) with an optional timeout."""
 
     fn: Callable[..., Any]
@@ -93,16 +92,14 @@ class Call:
     what: str
 
 
-@dataclass(frozen=True, slots=True)
-class Ask:
+class Ask(NamedTuple):
     """Effect: ask the gate (``method`` is ``approve_compensation`` or ``compensation_failed``)."""
 
     method: str
     request: ApprovalRequest | FailedCompensation
 
 
-@dataclass(frozen=True, slots=True)
-class Sleep:
+class Sleep(NamedTuple):
     """Effect: wait before the next undo attempt."""
 
     seconds: float
@@ -111,8 +108,7 @@ class Sleep:
 Effect = Call | Ask | Sleep
 
 
-@dataclass(slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What performing an effect gave back to the algorithm."""
 
     value: Any = None
@@ -158,11 +154,18 @@ class _StepOutcome:
 
 # ---------------------------------------------------------------- the mutable step
 
+R = TypeVar("R", bound=tuple[Any, ...])
+
+
+def _make[R: tuple[Any, ...]](cls: type[R], values: tuple[Any, ...]) -> R:
+    """Build a NamedTuple without its generated ``__new__``: the hot path makes 4 per transition."""
+    return tuple.__new__(cls, values)
+
 
 @dataclass(slots=True)
 class _Step:
     id: str
-    index: int
+    position: int
     tool_name: str
     tool: Tool | None
     input: Any
@@ -184,34 +187,37 @@ class _Step:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def snapshot(self) -> StepSnapshot:
-        return StepSnapshot(
-            id=self.id,
-            index=self.index,
-            tool_name=self.tool_name,
-            state=self.state,
-            input=self.input,
-            output=self.output,
-            error=self.error,
-            error_type=self.error_type,
-            traceback=self.traceback,
-            has_undo=self.has_undo,
-            requires_approval=self.requires_approval,
-            reversibility=self.reversibility,
-            idempotency_key=self.idempotency_key,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-            completed_at=self.completed_at,
-            compensation_attempts=self.attempts,
-            decision_note=self.decision_note,
-            decided_by=self.decided_by,
-            metadata=self.metadata,
+        return _make(
+            StepSnapshot,
+            (
+                self.id,
+                self.position,
+                self.tool_name,
+                self.state,
+                self.input,
+                self.output,
+                self.error,
+                self.error_type,
+                self.traceback,
+                self.has_undo,
+                self.requires_approval,
+                self.reversibility,
+                self.idempotency_key,
+                self.created_at,
+                self.updated_at,
+                self.completed_at,
+                self.attempts,
+                self.decision_note,
+                self.decided_by,
+                self.metadata,
+            ),
         )
 
     @classmethod
     def restore(cls, snap: StepSnapshot, tool: Tool | None) -> _Step:
         return cls(
             id=snap.id,
-            index=snap.index,
+            position=snap.position,
             tool_name=snap.tool_name,
             tool=tool,
             input=snap.input,
@@ -418,8 +424,10 @@ class SagaCore:
     # ------------------------------------------------------------ transitions
 
     def _commit(self, record: SagaRecord, step: _Step | None, event: SagaEvent) -> None:
-        change = SagaChange(record, step.snapshot() if step is not None else None, event)
-        self._store.apply(change)
+        snap = step.snapshot() if step is not None else None
+        self._store.apply(_make(SagaChange, (record, snap, event)))
+        if not self._listeners:
+            return
         for listener in list(self._listeners):
             try:
                 listener(event)
@@ -428,13 +436,25 @@ class SagaCore:
 
     def _next_record(self, **changes: Any) -> SagaRecord:
         now = self._clock.now()
-        return replace(
-            self._record,
-            seq=self._record.seq + 1,
-            updated_at=now,
-            lease_expires_at=now + self._lease,
-            **changes,
+        r = self._record
+        record = _make(
+            SagaRecord,
+            (
+                r.id,
+                r.name,
+                r.status,
+                r.created_at,
+                now,
+                r.seq + 1,
+                r.next_step_number,
+                r.options,
+                r.state,
+                r.failed_step,
+                r.lease_owner,
+                now + self._lease,
+            ),
         )
+        return record._replace(**changes) if changes else record
 
     def _event(
         self,
@@ -447,18 +467,21 @@ class SagaCore:
         actor: str | None = None,
         detail: str | None = None,
     ) -> SagaEvent:
-        return SagaEvent(
-            saga_id=record.id,
-            saga_name=record.name,
-            seq=record.seq,
-            kind=kind,
-            to_state=to_state,
-            from_state=from_state,
-            at=record.updated_at,
-            step_id=step.id if step else None,
-            tool_name=step.tool_name if step else None,
-            actor=actor or self._actor,
-            detail=detail,
+        return _make(
+            SagaEvent,
+            (
+                record.id,
+                record.name,
+                record.seq,
+                kind,
+                to_state,
+                from_state,
+                record.updated_at,
+                step.id if step else None,
+                step.tool_name if step else None,
+                actor or self._actor,
+                detail,
+            ),
         )
 
     def _saga_to(self, status: SagaStatus, *, actor: str | None = None, **fields: Any) -> None:
@@ -480,7 +503,7 @@ class SagaCore:
     ) -> None:
         """Move one step; ``happened=True`` when the world already changed (see module doc)."""
         check_step_transition(step.state, state, step_id=step.id)
-        previous = {name: getattr(step, name) for name in fields}
+        previous = {name: getattr(step, name) for name in fields} if fields else None
         before = step.state
         record = self._next_record()
         now = record.updated_at
@@ -493,7 +516,7 @@ class SagaCore:
         except StoreError as err:
             if not happened:
                 step.state = before
-                for name, value in previous.items():
+                for name, value in (previous or {}).items():
                     setattr(step, name, value)
                 raise
             self._pending_store_error = self._pending_store_error or err
@@ -556,7 +579,7 @@ class SagaCore:
         record = self._next_record(next_step_number=number + 1)
         step = _Step(
             id=sid,
-            index=len(self._steps),
+            position=len(self._steps),
             tool_name=tool.name,
             tool=tool,
             input=input,
@@ -615,8 +638,13 @@ class SagaCore:
             # The PENDING write failed: the tool does not run, and the step fails.
             step = self._unpersisted_failed_step(tool, input, err, step_id)
             return (yield from self._after_failure(step, err))
-        ctx = ExecuteContext(self.id, step.id, step.idempotency_key, step.metadata)
-        args = (input, ctx) if tool.execute_takes_context else (input,)
+        if tool.execute_takes_context:
+            args: tuple[Any, ...] = (
+                input,
+                ExecuteContext(self.id, step.id, step.idempotency_key, dict(step.metadata)),
+            )
+        else:
+            args = (input,)
         outcome = yield Call(tool.execute, args, tool.execute_timeout, f"{tool.name}.execute")
         assert outcome is not None
         if outcome.error is None:
@@ -635,13 +663,13 @@ class SagaCore:
         self, tool: Tool, input: Any, error: StoreError, step_id: str | None
     ) -> _Step:
         number = self._record.next_step_number
-        self._record = replace(self._record, next_step_number=number + 1)
+        self._record = self._record._replace(next_step_number=number + 1)
         sid = step_id or f"step-{number}"
         now = self._clock.now()
         message, kind, trace = _describe(error)
         step = _Step(
             id=sid,
-            index=len(self._steps),
+            position=len(self._steps),
             tool_name=tool.name,
             tool=tool,
             input=input,
@@ -664,7 +692,7 @@ class SagaCore:
         if not self.auto_rollback_on_failure:
             self._saga_to(SagaStatus.FAILED, failed_step=step.id)
             raise error
-        self._record = replace(self._record, failed_step=step.id)
+        self._record = self._record._replace(failed_step=step.id)
         report = yield from self._rollback_flow(None)
         raise self._rollback_error(report, step, error)
 
@@ -820,8 +848,11 @@ class SagaCore:
         while True:
             tries += 1
             number = len(step.attempts) + 1
-            ctx = UndoContext(self.id, step.id, step.idempotency_key, number, actor)
-            args = (step.output, step.input, ctx)[: tool.undo_arity]
+            if tool.undo_arity == 3:
+                ctx = UndoContext(self.id, step.id, step.idempotency_key, number, actor)
+                args: tuple[Any, ...] = (step.output, step.input, ctx)
+            else:
+                args = (step.output, step.input)[: tool.undo_arity]
             started = self._clock.now()
             outcome = yield Call(tool.undo, args, tool.undo_timeout, f"{tool.name}.undo")
             assert outcome is not None
@@ -1021,7 +1052,7 @@ class SagaCore:
             owner=owner,
             **options,
         )
-        saga._record = replace(snapshot.record, lease_owner=owner)
+        saga._record = snapshot.record._replace(lease_owner=owner)
         saga._started = True
         for snap in snapshot.steps:
             step = _Step.restore(snap, tools.get(snap.tool_name))

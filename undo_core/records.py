@@ -4,14 +4,19 @@ These are what ``saga.steps`` returns, what listeners receive and what a
 :class:`~undo_core.storage.SagaStore` persists. They are frozen: a snapshot
 never changes after it is taken (the input/output values it carries are the
 caller's own objects and are not copied).
+
+They are ``NamedTuple`` s rather than frozen dataclasses because the engine
+makes several per transition: a frozen dataclass costs 5 us to build, a named
+tuple under 1 us (see ``benchmarks/engine.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from .states import SagaStatus, StepState
 
@@ -34,8 +39,10 @@ class AttemptOutcome(StrEnum):
     """The process died during the attempt (found by recovery)."""
 
 
-@dataclass(frozen=True, slots=True)
-class CompensationAttempt:
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class CompensationAttempt(NamedTuple):
     """One run of a step's undo."""
 
     number: int
@@ -46,12 +53,12 @@ class CompensationAttempt:
     actor: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class StepSnapshot:
+class StepSnapshot(NamedTuple):
     """One step as it stood at one moment."""
 
     id: str
-    index: int
+    position: int
+    """0 for the saga's first step, 1 for the second..."""
     tool_name: str
     state: StepState
     input: Any
@@ -70,7 +77,7 @@ class StepSnapshot:
     decision_note: str | None = None
     """Why an approver rejected the undo, or how a human resolved the step."""
     decided_by: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = _EMPTY
 
     @property
     def tool(self) -> str:
@@ -78,8 +85,7 @@ class StepSnapshot:
         return self.tool_name
 
 
-@dataclass(frozen=True, slots=True)
-class SagaRecord:
+class SagaRecord(NamedTuple):
     """A saga's own row: everything but its steps."""
 
     id: str
@@ -90,7 +96,7 @@ class SagaRecord:
     seq: int = 0
     """Sequence number of the last event emitted for this saga."""
     next_step_number: int = 1
-    options: dict[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = _EMPTY
     """How the saga runs: on_compensation_failure, auto_rollback, kind, definition."""
     state: Any = None
     """The declarative saga's shared state at its last checkpoint."""
@@ -99,8 +105,7 @@ class SagaRecord:
     lease_expires_at: datetime | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class SagaSnapshot:
+class SagaSnapshot(NamedTuple):
     """A saga with its steps, as a store returns it."""
 
     record: SagaRecord
@@ -126,8 +131,7 @@ class EventKind(StrEnum):
     """A declarative saga saved its shared state."""
 
 
-@dataclass(frozen=True, slots=True)
-class SagaEvent:
+class SagaEvent(NamedTuple):
     """A transition, as sent to listeners and stores: the seam for the SDK and dashboard."""
 
     saga_id: str

@@ -175,6 +175,8 @@ def recover(
         except LeaseError:
             continue  # another process took it first
         try:
+            if saga.status.ended:
+                continue  # another process finished it since it was listed
             report = saga._drive(_recovery_flow(saga))
             results.append(_result(saga, report))
         finally:
@@ -199,6 +201,8 @@ async def arecover(
         except LeaseError:
             continue
         try:
+            if saga.status.ended:
+                continue
             report = await saga._drive(_recovery_flow(saga))
             results.append(_result(saga, report))
         finally:

@@ -91,7 +91,8 @@ ON CONFLICT (id) DO UPDATE SET
     next_step_number = excluded.next_step_number, options = excluded.options,
     state = excluded.state, failed_step = excluded.failed_step,
     lease_owner = excluded.lease_owner, lease_expires_at = excluded.lease_expires_at
-WHERE undo_sagas.lease_owner IS NULL OR undo_sagas.lease_owner = excluded.lease_owner
+WHERE (undo_sagas.lease_owner IS NULL OR undo_sagas.lease_owner = excluded.lease_owner)
+    AND undo_sagas.seq < excluded.seq
 """
 
 _UPSERT_STEP = """
@@ -213,7 +214,7 @@ class SQLiteStore:
         step_row = (
             r.id,
             s.id,
-            s.index,
+            s.position,
             s.tool_name,
             s.state.value,
             _dumps(s.input, f"input of {where}"),
@@ -257,8 +258,8 @@ class SQLiteStore:
                 try:
                     if db.execute(_UPSERT_SAGA, saga_row).rowcount != 1:
                         raise LeaseError(
-                            f"saga {change.saga.id!r} is leased by another process; "
-                            f"this one ({change.saga.lease_owner!r}) may not write it"
+                            f"saga {change.saga.id!r} is leased by another process, or was "
+                            f"changed by one since this one ({change.saga.lease_owner!r}) read it"
                         )
                     if step_row is not None:
                         db.execute(_UPSERT_STEP, step_row)
@@ -337,7 +338,7 @@ class SQLiteStore:
     def _step(s: tuple[Any, ...]) -> StepSnapshot:
         return StepSnapshot(
             id=s[0],
-            index=s[1],
+            position=s[1],
             tool_name=s[2],
             state=StepState(s[3]),
             input=json.loads(s[4]) if s[4] is not None else None,

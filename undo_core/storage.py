@@ -9,9 +9,8 @@ saga row, the step row and the event together, or none of them).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from .errors import LeaseError
 from .records import SagaEvent, SagaRecord, SagaSnapshot, StepSnapshot
@@ -23,8 +22,7 @@ __all__ = ["UNFINISHED_STATUSES", "MemoryStore", "SagaChange", "SagaStore"]
 UNFINISHED_STATUSES = frozenset({SagaStatus.IN_PROGRESS, SagaStatus.COMPENSATING})
 
 
-@dataclass(frozen=True, slots=True)
-class SagaChange:
+class SagaChange(NamedTuple):
     """One transition to persist: the saga row, the step it touched (if any), the event."""
 
     saga: SagaRecord
@@ -69,11 +67,20 @@ class SagaStore(Protocol):
 
 
 def _check_fence(current: SagaRecord | None, incoming: SagaRecord) -> None:
-    """Refuse a write from a process that lost the saga's lease (fencing)."""
+    """Refuse a write from a process that lost the saga's lease (fencing).
+
+    A write must also carry a newer ``seq`` than the stored one: a process whose
+    lease was taken over (and since released) holds a stale copy of the saga.
+    """
     if current is not None and current.lease_owner not in (None, incoming.lease_owner):
         raise LeaseError(
             f"saga {incoming.id!r} is leased by {current.lease_owner!r}, "
             f"not by this process ({incoming.lease_owner!r})"
+        )
+    if current is not None and incoming.seq <= current.seq:
+        raise LeaseError(
+            f"saga {incoming.id!r} was changed by another process since this one "
+            f"({incoming.lease_owner!r}) read it"
         )
 
 
@@ -95,7 +102,8 @@ class MemoryStore:
         saga_id = change.saga.id
         with self._lock:
             current = self._sagas.get(saga_id)
-            _check_fence(current, change.saga)
+            if current is not None and current.lease_owner != change.saga.lease_owner:
+                _check_fence(current, change.saga)
             self._sagas[saga_id] = change.saga
             steps = self._steps.setdefault(saga_id, {})
             if change.step is not None:
@@ -108,7 +116,7 @@ class MemoryStore:
             record = self._sagas.get(saga_id)
             if record is None:
                 return None
-            steps = sorted(self._steps.get(saga_id, {}).values(), key=lambda s: s.index)
+            steps = sorted(self._steps.get(saga_id, {}).values(), key=lambda s: s.position)
             return SagaSnapshot(record, tuple(steps))
 
     def list_unfinished(self) -> list[str]:
@@ -123,14 +131,14 @@ class MemoryStore:
             record = self._sagas.get(saga_id)
             if record is None or record.lease_owner not in (expected_owner, owner):
                 return False
-            self._sagas[saga_id] = replace(record, lease_owner=owner, lease_expires_at=expires_at)
+            self._sagas[saga_id] = record._replace(lease_owner=owner, lease_expires_at=expires_at)
             return True
 
     def release_lease(self, saga_id: str, owner: str) -> None:
         with self._lock:
             record = self._sagas.get(saga_id)
             if record is not None and record.lease_owner == owner:
-                self._sagas[saga_id] = replace(record, lease_owner=None, lease_expires_at=None)
+                self._sagas[saga_id] = record._replace(lease_owner=None, lease_expires_at=None)
 
     def events(self, saga_id: str) -> list[SagaEvent]:
         """Every event of one saga, in order (when ``keep_events`` is on)."""

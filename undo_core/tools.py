@@ -90,10 +90,12 @@ class Tool:
     undo_arity: int = 2
     """1: ``undo(output)``; 2: ``undo(output, input)``; 3: ``undo(output, input, ctx)``."""
 
-    @property
-    def is_async(self) -> bool:
-        """True when ``execute`` or ``undo`` is a coroutine function."""
-        return _is_async(self.execute) or (self.undo is not None and _is_async(self.undo))
+    is_async: bool = field(init=False)
+    """True when ``execute`` or ``undo`` is a coroutine function (computed once)."""
+
+    def __post_init__(self) -> None:
+        is_async = _is_async(self.execute) or (self.undo is not None and _is_async(self.undo))
+        object.__setattr__(self, "is_async", is_async)
 
     @property
     def has_undo(self) -> bool:
