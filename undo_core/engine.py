@@ -185,6 +185,8 @@ class _Step:
     decision_note: str | None = None
     decided_by: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    unpersisted: bool = False
+    """A write of this step failed after its tool ran: later writes are best effort."""
 
     def snapshot(self) -> StepSnapshot:
         return _make(
@@ -450,7 +452,7 @@ class SagaCore:
                 r.options,
                 r.state,
                 r.failed_step,
-                r.lease_owner,
+                self._owner,  # every write (re)claims the lease: fencing refuses a stale owner
                 now + self._lease,
             ),
         )
@@ -490,6 +492,14 @@ class SagaCore:
         event = self._event(record, EventKind.SAGA, status, self.status, actor=actor)
         self._commit(record, None, event)
         self._record = record
+        if status.ended:
+            # A resting saga needs no owner: let another process (a dashboard,
+            # an operator's tool) attach to it at once to retry or resolve.
+            try:
+                self._store.release_lease(self.id, self._owner)
+                self._record = record._replace(lease_owner=None, lease_expires_at=None)
+            except StoreError:
+                log.warning("could not release the lease of saga %s", self.id, exc_info=True)
 
     def _step_to(
         self,
@@ -514,11 +524,15 @@ class SagaCore:
         try:
             self._commit(record, step, event)
         except StoreError as err:
-            if not happened:
+            if not (happened or step.unpersisted):
                 step.state = before
                 for name, value in (previous or {}).items():
                     setattr(step, name, value)
                 raise
+            # The world changed (or this step can no longer be stored, e.g. its
+            # output is not JSON): keep going in memory so the rollback still
+            # undoes it, and raise the store error when the operation ends.
+            step.unpersisted = True
             self._pending_store_error = self._pending_store_error or err
         self._record = record
 
@@ -540,6 +554,19 @@ class SagaCore:
         except StoreError as err:
             self._pending_store_error = self._pending_store_error or err
         self._record = record
+
+    def _abandon(self) -> None:
+        """An error escaped mid-flow (a crash, Ctrl-C, a store outage): free the saga.
+
+        Its flow is gone, so nobody in this process will finish it; releasing the
+        lease lets ``recover()`` or ``resume()`` take it over at once.
+        """
+        if self.status.ended:
+            return  # already released when it came to rest
+        try:
+            self._store.release_lease(self.id, self._owner)
+        except Exception:
+            log.warning("could not release the lease of saga %s", self.id, exc_info=True)
 
     def _raise_pending_store_error(self) -> None:
         err, self._pending_store_error = self._pending_store_error, None
@@ -693,10 +720,12 @@ class SagaCore:
             self._saga_to(SagaStatus.FAILED, failed_step=step.id)
             raise error
         self._record = self._record._replace(failed_step=step.id)
-        report = yield from self._rollback_flow(None)
+        report = yield from self._rollback_flow(None, raise_store_errors=False)
         raise self._rollback_error(report, step, error)
 
-    def _rollback_flow(self, actor: str | None, *, resume: bool = False) -> Flow[RollbackReport]:
+    def _rollback_flow(
+        self, actor: str | None, *, resume: bool = False, raise_store_errors: bool = True
+    ) -> Flow[RollbackReport]:
         if resume:
             if self.status is SagaStatus.ROLLED_BACK:
                 return self.report()
@@ -730,7 +759,8 @@ class SagaCore:
             if halt and result in (_StepOutcome.FAILED, _StepOutcome.LEFT):
                 break
         self._settle(actor)
-        self._raise_pending_store_error()
+        if raise_store_errors:
+            self._raise_pending_store_error()
         return self.report()
 
     def _settle(self, actor: str | None) -> None:
@@ -1012,8 +1042,12 @@ class SagaCore:
         self, report: RollbackReport, failed: _Step, cause: BaseException
     ) -> SagaRollbackError:
         comp = self._first_comp_error
+        message = rollback_message(self, report, failed)
+        unsaved, self._pending_store_error = self._pending_store_error, None
+        if unsaved is not None and str(unsaved) != str(cause):
+            message += f" Some of this could not be saved to the store: {unsaved}"
         return SagaRollbackError(
-            rollback_message(self, report, failed),
+            message,
             saga_id=self.id,
             saga_name=self.name,
             status=self.status,

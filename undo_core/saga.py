@@ -52,6 +52,9 @@ class Saga(SagaCore):
                 effect = flow.send(self._perform(effect))
         except StopIteration as stop:
             return stop.value
+        except BaseException:
+            self._abandon()
+            raise
 
     def _perform(self, effect: Effect) -> Outcome | None:
         if isinstance(effect, Sleep):
@@ -140,6 +143,9 @@ class AsyncSaga(SagaCore):
                 effect = flow.send(await self._perform(effect))
         except StopIteration as stop:
             return stop.value
+        except BaseException:
+            self._abandon()
+            raise
 
     async def _perform(self, effect: Effect) -> Outcome | None:
         if isinstance(effect, Sleep):

@@ -102,7 +102,9 @@ class MemoryStore:
         saga_id = change.saga.id
         with self._lock:
             current = self._sagas.get(saga_id)
-            if current is not None and current.lease_owner != change.saga.lease_owner:
+            if current is not None and (
+                current.lease_owner != change.saga.lease_owner or change.saga.seq <= current.seq
+            ):
                 _check_fence(current, change.saga)
             self._sagas[saga_id] = change.saga
             steps = self._steps.setdefault(saga_id, {})
