@@ -436,7 +436,7 @@ class SagaCore:
             except Exception:  # a listener must never break the saga
                 log.exception("saga listener %r failed on %s", listener, event)
 
-    def _next_record(self, **changes: Any) -> SagaRecord:
+    def _next_record(self, next_step_number: int | None = None, **changes: Any) -> SagaRecord:
         now = self._clock.now()
         r = self._record
         record = _make(
@@ -448,7 +448,7 @@ class SagaCore:
                 r.created_at,
                 now,
                 r.seq + 1,
-                r.next_step_number,
+                r.next_step_number if next_step_number is None else next_step_number,
                 r.options,
                 r.state,
                 r.failed_step,
@@ -514,10 +514,12 @@ class SagaCore:
         """Move one step; ``happened=True`` when the world already changed (see module doc)."""
         check_step_transition(step.state, state, step_id=step.id)
         previous = {name: getattr(step, name) for name in fields} if fields else None
-        before = step.state
+        before, before_completed = step.state, step.completed_at
         record = self._next_record()
         now = record.updated_at
         step.state, step.updated_at = state, now
+        if state is StepState.COMPLETED:
+            step.completed_at = now
         for name, value in fields.items():
             setattr(step, name, value)
         event = self._event(record, EventKind.STEP, state, before, step, actor=actor, detail=detail)
@@ -525,7 +527,7 @@ class SagaCore:
             self._commit(record, step, event)
         except StoreError as err:
             if not (happened or step.unpersisted):
-                step.state = before
+                step.state, step.completed_at = before, before_completed
                 for name, value in (previous or {}).items():
                     setattr(step, name, value)
                 raise
@@ -617,9 +619,9 @@ class SagaCore:
             requires_approval=tool.requires_approval
             if requires_approval is None
             else bool(requires_approval),
-            reversibility=str(tool.reversibility),
+            reversibility=tool.reversibility.value,
             idempotency_key=f"{self.id}:{sid}",
-            metadata=dict(metadata or {}),
+            metadata=dict(metadata) if metadata else {},
         )
         self._commit(record, step, self._event(record, EventKind.STEP, step.state, None, step))
         self._record = record
@@ -633,7 +635,6 @@ class SagaCore:
             StepState.COMPLETED,
             happened=happened,
             output=output,
-            completed_at=self._clock.now(),
         )
 
     def _fail_step(self, step: _Step, error: BaseException | str) -> None:

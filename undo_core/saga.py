@@ -18,6 +18,9 @@ from .tools import Tool
 
 __all__ = ["AsyncSaga", "Saga"]
 
+# Outputs that cannot be awaitables: skip the (slow, ABC-based) isawaitable check.
+_PLAIN = frozenset({type(None), dict, list, tuple, str, bytes, int, float, bool})
+
 
 def _call_with_timeout(call: Call) -> Any:
     if call.timeout is None:
@@ -67,7 +70,7 @@ class Saga(SagaCore):
                 value = _call_with_timeout(effect)
         except Exception as err:
             return Outcome(error=err)
-        if inspect.isawaitable(value):
+        if type(value) not in _PLAIN and inspect.isawaitable(value):
             if inspect.iscoroutine(value):
                 value.close()
             return Outcome(error=TypeError(f"{effect!r} returned an awaitable; use AsyncSaga"))

@@ -18,6 +18,7 @@ from .errors import LeaseError, SerializationError, StoreError
 from .records import (
     AttemptOutcome,
     CompensationAttempt,
+    EventKind,
     SagaRecord,
     SagaSnapshot,
     StepSnapshot,
@@ -66,7 +67,7 @@ CREATE TABLE IF NOT EXISTS undo_steps (
     decided_by TEXT,
     metadata TEXT NOT NULL,
     PRIMARY KEY (saga_id, step_id)
-);
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS undo_events (
     saga_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -79,7 +80,7 @@ CREATE TABLE IF NOT EXISTS undo_events (
     actor TEXT,
     detail TEXT,
     PRIMARY KEY (saga_id, seq)
-);
+) WITHOUT ROWID;
 """
 
 _UPSERT_SAGA = """
@@ -95,11 +96,28 @@ WHERE (undo_sagas.lease_owner IS NULL OR undo_sagas.lease_owner = excluded.lease
     AND undo_sagas.seq < excluded.seq
 """
 
-_UPSERT_STEP = """
-INSERT OR REPLACE INTO undo_steps (saga_id, step_id, idx, tool_name, state, input, output,
+# A step transition touches only the saga's clock, sequence and lease (and a
+# declarative saga's checkpointed state): a narrow UPDATE keeps the status index
+# untouched. Both saga writes carry the fence: the caller must hold the lease (or
+# nobody does) and bring a newer seq.
+_TOUCH_SAGA = """
+UPDATE undo_sagas SET updated_at = ?, seq = ?, next_step_number = ?, state = ?,
+    lease_owner = ?, lease_expires_at = ?
+WHERE id = ? AND (lease_owner IS NULL OR lease_owner = ?) AND seq < ?
+"""
+
+_INSERT_STEP = """
+INSERT INTO undo_steps (saga_id, step_id, idx, tool_name, state, input, output,
     error, error_type, traceback, has_undo, requires_approval, reversibility, idempotency_key,
     created_at, updated_at, completed_at, attempts, decision_note, decided_by, metadata)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+
+# Input, metadata and the step's identity never change after the PENDING insert.
+_UPDATE_STEP = """
+UPDATE undo_steps SET state = ?, output = ?, error = ?, error_type = ?, traceback = ?,
+    updated_at = ?, completed_at = ?, attempts = ?, decision_note = ?, decided_by = ?
+WHERE saga_id = ? AND step_id = ?
 """
 
 _INSERT_EVENT = """
@@ -191,9 +209,8 @@ class SQLiteStore:
 
     # ------------------------------------------------------------ writes
 
-    def _rows(self, change: SagaChange) -> tuple[tuple[Any, ...], tuple[Any, ...] | None]:
-        r = change.saga
-        saga_row = (
+    def _saga_row(self, r: SagaRecord) -> tuple[Any, ...]:
+        return (
             r.id,
             r.name,
             r.status.value,
@@ -202,16 +219,20 @@ class SQLiteStore:
             r.seq,
             r.next_step_number,
             _dumps(r.options, f"options of saga {r.id!r}"),
-            _dumps(r.state, f"state of saga {r.name!r}") if r.state is not None else None,
+            self._state_json(r),
             r.failed_step,
             r.lease_owner,
             _ts(r.lease_expires_at),
         )
-        s = change.step
-        if s is None:
-            return saga_row, None
+
+    @staticmethod
+    def _state_json(r: SagaRecord) -> str | None:
+        return _dumps(r.state, f"state of saga {r.name!r}") if r.state is not None else None
+
+    @staticmethod
+    def _step_insert_row(r: SagaRecord, s: StepSnapshot) -> tuple[Any, ...]:
         where = f"step {s.id!r} ({s.tool_name}) of saga {r.name!r}"
-        step_row = (
+        return (
             r.id,
             s.id,
             s.position,
@@ -234,11 +255,48 @@ class SQLiteStore:
             s.decided_by,
             _dumps(s.metadata, f"metadata of {where}"),
         )
-        return saga_row, step_row
+
+    @staticmethod
+    def _step_update_row(r: SagaRecord, s: StepSnapshot) -> tuple[Any, ...]:
+        where = f"step {s.id!r} ({s.tool_name}) of saga {r.name!r}"
+        return (
+            s.state.value,
+            _dumps(s.output, f"output of {where}"),
+            s.error,
+            s.error_type,
+            s.traceback,
+            _ts(s.updated_at),
+            _ts(s.completed_at),
+            _attempts_json(s.compensation_attempts),
+            s.decision_note,
+            s.decided_by,
+            r.id,
+            s.id,
+        )
 
     def apply(self, change: SagaChange) -> None:
-        saga_row, step_row = self._rows(change)  # serialise first: fail before writing
-        e = change.event
+        r, step, e = change
+        # Serialise everything first, so a value that is not JSON fails before any write.
+        if step is None:
+            saga_sql, saga_row = _UPSERT_SAGA, self._saga_row(r)
+        else:
+            saga_sql = _TOUCH_SAGA
+            saga_row = (
+                _ts(r.updated_at),
+                r.seq,
+                r.next_step_number,
+                self._state_json(r),
+                r.lease_owner,
+                _ts(r.lease_expires_at),
+                r.id,
+                r.lease_owner,
+                r.seq,
+            )
+            new_step = e.kind is EventKind.STEP and e.from_state is None
+            step_sql = _INSERT_STEP if new_step else _UPDATE_STEP
+            step_row = (
+                self._step_insert_row(r, step) if new_step else self._step_update_row(r, step)
+            )
         event_row = (
             e.saga_id,
             e.seq,
@@ -256,20 +314,20 @@ class SQLiteStore:
             try:
                 db.execute("BEGIN IMMEDIATE")
                 try:
-                    if db.execute(_UPSERT_SAGA, saga_row).rowcount != 1:
+                    if db.execute(saga_sql, saga_row).rowcount != 1:
                         raise LeaseError(
-                            f"saga {change.saga.id!r} is leased by another process, or was "
-                            f"changed by one since this one ({change.saga.lease_owner!r}) read it"
+                            f"saga {r.id!r} is leased by another process, or was changed by "
+                            f"one since this one ({r.lease_owner!r}) read it"
                         )
-                    if step_row is not None:
-                        db.execute(_UPSERT_STEP, step_row)
+                    if step is not None and db.execute(step_sql, step_row).rowcount != 1:
+                        raise StoreError(f"step {step.id!r} of saga {r.id!r} is not in the store")
                     db.execute(_INSERT_EVENT, event_row)
                 except BaseException:
                     db.execute("ROLLBACK")
                     raise
                 db.execute("COMMIT")
             except sqlite3.Error as err:
-                raise StoreError(f"SQLite write failed for saga {change.saga.id!r}: {err}") from err
+                raise StoreError(f"SQLite write failed for saga {r.id!r}: {err}") from err
 
     def acquire_lease(
         self, saga_id: str, owner: str, expires_at: datetime, *, expected_owner: str | None
