@@ -439,6 +439,9 @@ class SagaCore:
     def _next_record(self, next_step_number: int | None = None, **changes: Any) -> SagaRecord:
         now = self._clock.now()
         r = self._record
+        expires = r.lease_expires_at
+        if expires is None or r.lease_owner != self._owner or expires - now < self._lease / 2:
+            expires = now + self._lease  # renew once half the lease is spent
         record = _make(
             SagaRecord,
             (
@@ -453,7 +456,7 @@ class SagaCore:
                 r.state,
                 r.failed_step,
                 self._owner,  # every write (re)claims the lease: fencing refuses a stale owner
-                now + self._lease,
+                expires,
             ),
         )
         return record._replace(**changes) if changes else record

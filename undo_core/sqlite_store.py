@@ -1,8 +1,15 @@
 """``SQLiteStore``: sagas in a local SQLite file (stdlib ``sqlite3``, WAL), for crash recovery.
 
+Layout: an append-only **journal** (one row per transition, the saga's event
+log) is the source of truth for steps; a small ``undo_sagas`` row per saga holds
+what must be found without replaying (status, lease, options). A step
+transition appends one journal row (rowid order, plus a small unique index on
+``(saga_id, seq)``) instead of rewriting saga and step rows: fewer dirty pages
+per commit.
+
 Several processes may share one file: each change is one ``BEGIN IMMEDIATE``
-transaction, and a write from a process that lost the saga's lease is refused
-(fencing), so a recovered saga cannot be overwritten by its presumed-dead owner.
+transaction, and a write from a process that lost the saga's lease, or that
+carries a stale sequence number, is refused (fencing).
 """
 
 from __future__ import annotations
@@ -34,41 +41,13 @@ CREATE TABLE IF NOT EXISTS undo_sagas (
     name TEXT NOT NULL,
     status TEXT NOT NULL,
     created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    next_step_number INTEGER NOT NULL,
     options TEXT NOT NULL,
-    state TEXT,
-    failed_step TEXT,
     lease_owner TEXT,
     lease_expires_at TEXT
 );
 CREATE INDEX IF NOT EXISTS undo_sagas_status ON undo_sagas (status, created_at);
-CREATE TABLE IF NOT EXISTS undo_steps (
-    saga_id TEXT NOT NULL REFERENCES undo_sagas (id),
-    step_id TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    tool_name TEXT NOT NULL,
-    state TEXT NOT NULL,
-    input TEXT,
-    output TEXT,
-    error TEXT,
-    error_type TEXT,
-    traceback TEXT,
-    has_undo INTEGER NOT NULL,
-    requires_approval INTEGER NOT NULL,
-    reversibility TEXT NOT NULL,
-    idempotency_key TEXT NOT NULL,
-    created_at TEXT,
-    updated_at TEXT,
-    completed_at TEXT,
-    attempts TEXT NOT NULL,
-    decision_note TEXT,
-    decided_by TEXT,
-    metadata TEXT NOT NULL,
-    PRIMARY KEY (saga_id, step_id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS undo_events (
+CREATE TABLE IF NOT EXISTS undo_journal (
+    id INTEGER PRIMARY KEY,
     saga_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
     kind TEXT NOT NULL,
@@ -79,52 +58,35 @@ CREATE TABLE IF NOT EXISTS undo_events (
     at TEXT NOT NULL,
     actor TEXT,
     detail TEXT,
-    PRIMARY KEY (saga_id, seq)
-) WITHOUT ROWID;
+    saga TEXT NOT NULL,
+    step TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS undo_journal_saga_seq ON undo_journal (saga_id, seq);
+"""
+
+_FENCE = """
+SELECT lease_owner, lease_expires_at,
+       (SELECT MAX(seq) FROM undo_journal WHERE saga_id = :id)
+FROM undo_sagas WHERE id = :id
 """
 
 _UPSERT_SAGA = """
-INSERT INTO undo_sagas (id, name, status, created_at, updated_at, seq, next_step_number,
-                        options, state, failed_step, lease_owner, lease_expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO undo_sagas (id, name, status, created_at, options, lease_owner, lease_expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO UPDATE SET
-    status = excluded.status, updated_at = excluded.updated_at, seq = excluded.seq,
-    next_step_number = excluded.next_step_number, options = excluded.options,
-    state = excluded.state, failed_step = excluded.failed_step,
+    status = excluded.status, options = excluded.options,
     lease_owner = excluded.lease_owner, lease_expires_at = excluded.lease_expires_at
-WHERE (undo_sagas.lease_owner IS NULL OR undo_sagas.lease_owner = excluded.lease_owner)
-    AND undo_sagas.seq < excluded.seq
 """
 
-# A step transition touches only the saga's clock, sequence and lease (and a
-# declarative saga's checkpointed state): a narrow UPDATE keeps the status index
-# untouched. Both saga writes carry the fence: the caller must hold the lease (or
-# nobody does) and bring a newer seq.
-_TOUCH_SAGA = """
-UPDATE undo_sagas SET updated_at = ?, seq = ?, next_step_number = ?, state = ?,
-    lease_owner = ?, lease_expires_at = ?
-WHERE id = ? AND (lease_owner IS NULL OR lease_owner = ?) AND seq < ?
+_RENEW_LEASE = "UPDATE undo_sagas SET lease_owner = ?, lease_expires_at = ? WHERE id = ?"
+
+_INSERT_JOURNAL = """
+INSERT INTO undo_journal (saga_id, seq, kind, step_id, tool_name, from_state, to_state, at,
+                          actor, detail, saga, step)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 
-_INSERT_STEP = """
-INSERT INTO undo_steps (saga_id, step_id, idx, tool_name, state, input, output,
-    error, error_type, traceback, has_undo, requires_approval, reversibility, idempotency_key,
-    created_at, updated_at, completed_at, attempts, decision_note, decided_by, metadata)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
-
-# Input, metadata and the step's identity never change after the PENDING insert.
-_UPDATE_STEP = """
-UPDATE undo_steps SET state = ?, output = ?, error = ?, error_type = ?, traceback = ?,
-    updated_at = ?, completed_at = ?, attempts = ?, decision_note = ?, decided_by = ?
-WHERE saga_id = ? AND step_id = ?
-"""
-
-_INSERT_EVENT = """
-INSERT INTO undo_events (saga_id, seq, kind, step_id, tool_name, from_state, to_state, at,
-                         actor, detail)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
+_TIMES = frozenset({"created_at", "updated_at", "completed_at"})
 
 
 def _ts(value: datetime | None) -> str | None:
@@ -142,34 +104,65 @@ def _dumps(value: Any, what: str) -> str:
         raise SerializationError(f"{what} is not JSON-serialisable: {err}") from err
 
 
-def _attempts_json(attempts: tuple[CompensationAttempt, ...]) -> str:
-    return json.dumps(
-        [
-            {
-                "number": a.number,
-                "started_at": _ts(a.started_at),
-                "finished_at": _ts(a.finished_at),
-                "outcome": a.outcome,
-                "error": a.error,
-                "actor": a.actor,
-            }
-            for a in attempts
-        ]
+def _attempt_dict(a: CompensationAttempt) -> dict[str, Any]:
+    return {
+        "number": a.number,
+        "started_at": _ts(a.started_at),
+        "finished_at": _ts(a.finished_at),
+        "outcome": a.outcome,
+        "error": a.error,
+        "actor": a.actor,
+    }
+
+
+def _attempt(a: dict[str, Any]) -> CompensationAttempt:
+    return CompensationAttempt(
+        number=a["number"],
+        started_at=_dt(a["started_at"]) or datetime.min,
+        finished_at=_dt(a["finished_at"]),
+        outcome=AttemptOutcome(a["outcome"]) if a["outcome"] else None,
+        error=a["error"],
+        actor=a["actor"],
     )
 
 
-def _attempts(raw: str) -> tuple[CompensationAttempt, ...]:
-    return tuple(
-        CompensationAttempt(
-            number=a["number"],
-            started_at=_dt(a["started_at"]) or datetime.min,
-            finished_at=_dt(a["finished_at"]),
-            outcome=AttemptOutcome(a["outcome"]) if a["outcome"] else None,
-            error=a["error"],
-            actor=a["actor"],
+def _step_json(s: StepSnapshot, record: SagaRecord, *, new: bool) -> str:
+    """The step's fields for one journal row: all of them when new, else those that change."""
+    fields: dict[str, Any] = {
+        "state": s.state.value,
+        "error": s.error,
+        "error_type": s.error_type,
+        "traceback": s.traceback,
+        "updated_at": _ts(s.updated_at),
+        "completed_at": _ts(s.completed_at),
+        "attempts": [_attempt_dict(a) for a in s.compensation_attempts],
+        "decision_note": s.decision_note,
+        "decided_by": s.decided_by,
+    }
+    if new or s.state is StepState.COMPLETED:
+        fields["output"] = s.output
+    if new:
+        fields.update(
+            position=s.position,
+            tool_name=s.tool_name,
+            input=s.input,
+            has_undo=s.has_undo,
+            requires_approval=s.requires_approval,
+            reversibility=s.reversibility,
+            idempotency_key=s.idempotency_key,
+            created_at=_ts(s.created_at),
+            metadata=dict(s.metadata),
         )
-        for a in json.loads(raw)
-    )
+    try:
+        return json.dumps(fields, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        pass
+    # Name exactly which value is at fault.
+    where = f"step {s.id!r} ({s.tool_name}) of saga {record.name!r}"
+    for name in ("input", "output", "metadata"):
+        if name in fields:
+            _dumps(fields[name], f"{name} of {where}")
+    raise SerializationError(f"{where} cannot be stored as JSON")
 
 
 class SQLiteStore:
@@ -209,96 +202,24 @@ class SQLiteStore:
 
     # ------------------------------------------------------------ writes
 
-    def _saga_row(self, r: SagaRecord) -> tuple[Any, ...]:
-        return (
-            r.id,
-            r.name,
-            r.status.value,
-            _ts(r.created_at),
-            _ts(r.updated_at),
-            r.seq,
-            r.next_step_number,
-            _dumps(r.options, f"options of saga {r.id!r}"),
-            self._state_json(r),
-            r.failed_step,
-            r.lease_owner,
-            _ts(r.lease_expires_at),
-        )
-
-    @staticmethod
-    def _state_json(r: SagaRecord) -> str | None:
-        return _dumps(r.state, f"state of saga {r.name!r}") if r.state is not None else None
-
-    @staticmethod
-    def _step_insert_row(r: SagaRecord, s: StepSnapshot) -> tuple[Any, ...]:
-        where = f"step {s.id!r} ({s.tool_name}) of saga {r.name!r}"
-        return (
-            r.id,
-            s.id,
-            s.position,
-            s.tool_name,
-            s.state.value,
-            _dumps(s.input, f"input of {where}"),
-            _dumps(s.output, f"output of {where}"),
-            s.error,
-            s.error_type,
-            s.traceback,
-            int(s.has_undo),
-            int(s.requires_approval),
-            s.reversibility,
-            s.idempotency_key,
-            _ts(s.created_at),
-            _ts(s.updated_at),
-            _ts(s.completed_at),
-            _attempts_json(s.compensation_attempts),
-            s.decision_note,
-            s.decided_by,
-            _dumps(s.metadata, f"metadata of {where}"),
-        )
-
-    @staticmethod
-    def _step_update_row(r: SagaRecord, s: StepSnapshot) -> tuple[Any, ...]:
-        where = f"step {s.id!r} ({s.tool_name}) of saga {r.name!r}"
-        return (
-            s.state.value,
-            _dumps(s.output, f"output of {where}"),
-            s.error,
-            s.error_type,
-            s.traceback,
-            _ts(s.updated_at),
-            _ts(s.completed_at),
-            _attempts_json(s.compensation_attempts),
-            s.decision_note,
-            s.decided_by,
-            r.id,
-            s.id,
-        )
-
     def apply(self, change: SagaChange) -> None:
         r, step, e = change
-        # Serialise everything first, so a value that is not JSON fails before any write.
+        # Serialise first, so a value that is not JSON fails before any write.
+        tail = {"next_step_number": r.next_step_number, "failed_step": r.failed_step}
+        if r.state is not None:
+            tail["state"] = r.state
+        saga_json = _dumps(tail, f"state of saga {r.name!r}")
+        step_json = None
+        if step is not None:
+            new = e.kind is EventKind.STEP and e.from_state is None
+            step_json = _step_json(step, r, new=new)
+        saga_row = None
         if step is None:
-            saga_sql, saga_row = _UPSERT_SAGA, self._saga_row(r)
-        else:
-            saga_sql = _TOUCH_SAGA
-            saga_row = (
-                _ts(r.updated_at),
-                r.seq,
-                r.next_step_number,
-                self._state_json(r),
-                r.lease_owner,
-                _ts(r.lease_expires_at),
-                r.id,
-                r.lease_owner,
-                r.seq,
-            )
-            new_step = e.kind is EventKind.STEP and e.from_state is None
-            step_sql = _INSERT_STEP if new_step else _UPDATE_STEP
-            step_row = (
-                self._step_insert_row(r, step) if new_step else self._step_update_row(r, step)
-            )
-        event_row = (
-            e.saga_id,
+            options = _dumps(dict(r.options), f"options of saga {r.id!r}")
+            lease = (r.lease_owner, _ts(r.lease_expires_at))
+            saga_row = (r.id, r.name, r.status.value, _ts(r.created_at), options, *lease)
+        journal_row = (
+            r.id,
             e.seq,
             e.kind.value,
             e.step_id,
@@ -308,26 +229,41 @@ class SQLiteStore:
             _ts(e.at),
             e.actor,
             e.detail,
+            saga_json,
+            step_json,
         )
         with self._lock:
             db = self._db
             try:
                 db.execute("BEGIN IMMEDIATE")
                 try:
-                    if db.execute(saga_sql, saga_row).rowcount != 1:
-                        raise LeaseError(
-                            f"saga {r.id!r} is leased by another process, or was changed by "
-                            f"one since this one ({r.lease_owner!r}) read it"
-                        )
-                    if step is not None and db.execute(step_sql, step_row).rowcount != 1:
-                        raise StoreError(f"step {step.id!r} of saga {r.id!r} is not in the store")
-                    db.execute(_INSERT_EVENT, event_row)
+                    self._fence_and_lease(db, r, saga_row is None)
+                    if saga_row is not None:
+                        db.execute(_UPSERT_SAGA, saga_row)
+                    db.execute(_INSERT_JOURNAL, journal_row)
                 except BaseException:
                     db.execute("ROLLBACK")
                     raise
                 db.execute("COMMIT")
             except sqlite3.Error as err:
                 raise StoreError(f"SQLite write failed for saga {r.id!r}: {err}") from err
+
+    def _fence_and_lease(self, db: sqlite3.Connection, r: SagaRecord, step_only: bool) -> None:
+        """Refuse a stale writer; store the lease when the engine renewed it."""
+        row = db.execute(_FENCE, {"id": r.id}).fetchone()
+        if row is None:
+            if step_only:
+                raise StoreError(f"saga {r.id!r} is not in the store")
+            return
+        owner, expires, last_seq = row
+        if owner not in (None, r.lease_owner) or (last_seq is not None and r.seq <= last_seq):
+            raise LeaseError(
+                f"saga {r.id!r} is leased by {owner!r}, or was changed since this process "
+                f"({r.lease_owner!r}) read it"
+            )
+        wanted = _ts(r.lease_expires_at)
+        if step_only and (owner != r.lease_owner or expires != wanted):
+            db.execute(_RENEW_LEASE, (r.lease_owner, wanted, r.id))
 
     def acquire_lease(
         self, saga_id: str, owner: str, expires_at: datetime, *, expected_owner: str | None
@@ -360,61 +296,75 @@ class SQLiteStore:
         with self._lock:
             try:
                 row = self._db.execute(
-                    "SELECT id, name, status, created_at, updated_at, seq, next_step_number, "
-                    "options, state, failed_step, lease_owner, lease_expires_at "
+                    "SELECT name, status, created_at, options, lease_owner, lease_expires_at "
                     "FROM undo_sagas WHERE id = ?",
                     (saga_id,),
                 ).fetchone()
                 if row is None:
                     return None
-                steps = self._db.execute(
-                    "SELECT step_id, idx, tool_name, state, input, output, error, error_type, "
-                    "traceback, has_undo, requires_approval, reversibility, idempotency_key, "
-                    "created_at, updated_at, completed_at, attempts, decision_note, decided_by, "
-                    "metadata FROM undo_steps WHERE saga_id = ? ORDER BY idx",
+                journal = self._db.execute(
+                    "SELECT seq, at, step_id, saga, step FROM undo_journal "
+                    "WHERE saga_id = ? ORDER BY seq",
                     (saga_id,),
                 ).fetchall()
             except sqlite3.Error as err:
                 raise StoreError(f"SQLite read failed for saga {saga_id!r}: {err}") from err
-        record = SagaRecord(
-            id=row[0],
-            name=row[1],
-            status=SagaStatus(row[2]),
-            created_at=_dt(row[3]) or datetime.min,
-            updated_at=_dt(row[4]) or datetime.min,
-            seq=row[5],
-            next_step_number=row[6],
-            options=json.loads(row[7]),
-            state=json.loads(row[8]) if row[8] is not None else None,
-            failed_step=row[9],
-            lease_owner=row[10],
-            lease_expires_at=_dt(row[11]),
+        steps: dict[str, dict[str, Any]] = {}
+        for _seq, _at, step_id, _saga, step in journal:
+            if step is not None:
+                steps.setdefault(step_id, {}).update(json.loads(step))
+        last_seq, last_at, _, last_saga, _ = (
+            journal[-1] if journal else (0, row[2], None, "{}", None)
         )
-        return SagaSnapshot(record, tuple(self._step(s) for s in steps))
+        tail = json.loads(last_saga)
+        record = SagaRecord(
+            id=saga_id,
+            name=row[0],
+            status=SagaStatus(row[1]),
+            created_at=_dt(row[2]) or datetime.min,
+            updated_at=_dt(last_at) or datetime.min,
+            seq=last_seq,
+            next_step_number=tail.get("next_step_number", 1),
+            options=json.loads(row[3]),
+            state=tail.get("state"),
+            failed_step=tail.get("failed_step"),
+            lease_owner=row[4],
+            lease_expires_at=_dt(row[5]),
+        )
+        snapshots = sorted(
+            (
+                self._step(step_id, fields)
+                for step_id, fields in steps.items()
+                if "position" in fields  # a step whose creation was never stored
+            ),
+            key=lambda s: s.position,
+        )
+        return SagaSnapshot(record, tuple(snapshots))
 
     @staticmethod
-    def _step(s: tuple[Any, ...]) -> StepSnapshot:
+    def _step(step_id: str, f: dict[str, Any]) -> StepSnapshot:
+        times = {name: _dt(f.get(name)) for name in _TIMES}
         return StepSnapshot(
-            id=s[0],
-            position=s[1],
-            tool_name=s[2],
-            state=StepState(s[3]),
-            input=json.loads(s[4]) if s[4] is not None else None,
-            output=json.loads(s[5]) if s[5] is not None else None,
-            error=s[6],
-            error_type=s[7],
-            traceback=s[8],
-            has_undo=bool(s[9]),
-            requires_approval=bool(s[10]),
-            reversibility=s[11],
-            idempotency_key=s[12],
-            created_at=_dt(s[13]),
-            updated_at=_dt(s[14]),
-            completed_at=_dt(s[15]),
-            compensation_attempts=_attempts(s[16]),
-            decision_note=s[17],
-            decided_by=s[18],
-            metadata=json.loads(s[19]),
+            id=step_id,
+            position=f["position"],
+            tool_name=f["tool_name"],
+            state=StepState(f["state"]),
+            input=f["input"],
+            output=f.get("output"),
+            error=f["error"],
+            error_type=f["error_type"],
+            traceback=f["traceback"],
+            has_undo=f["has_undo"],
+            requires_approval=f["requires_approval"],
+            reversibility=f["reversibility"],
+            idempotency_key=f["idempotency_key"],
+            created_at=times["created_at"],
+            updated_at=times["updated_at"],
+            completed_at=times["completed_at"],
+            compensation_attempts=tuple(_attempt(a) for a in f["attempts"]),
+            decision_note=f["decision_note"],
+            decided_by=f["decided_by"],
+            metadata=f["metadata"],
         )
 
     def list_unfinished(self) -> list[str]:
@@ -434,7 +384,7 @@ class SQLiteStore:
         with self._lock:
             cur = self._db.execute(
                 "SELECT seq, kind, step_id, tool_name, from_state, to_state, at, actor, detail "
-                "FROM undo_events WHERE saga_id = ? ORDER BY seq",
+                "FROM undo_journal WHERE saga_id = ? ORDER BY seq",
                 (saga_id,),
             )
             names = [d[0] for d in cur.description]
