@@ -17,7 +17,7 @@ retry/resolve of failed undos, pluggable stores and crash recovery.
 from .audit import AuditRecord, AuditSink, Severity, audit_listener
 from .clock import Clock, SystemClock
 from .declarative import RunResult, SagaDefinition, SagaStep, define_saga
-from .engine import CompensationFailureMode, Listener, RollbackReport
+from .engine import CompensationFailureMode, Listener
 from .errors import (
     GateError,
     LeaseError,
@@ -54,6 +54,7 @@ from .records import (
     StepSnapshot,
 )
 from .recovery import RecoveryResult, arecover, attach, recover
+from .reports import RollbackReport
 from .saga import AsyncSaga, Saga
 from .sqlite_store import SQLiteStore
 from .states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepState

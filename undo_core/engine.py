@@ -18,14 +18,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import traceback as tb
 import uuid
-from collections.abc import Callable, Generator, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, Literal
 
 from .clock import Clock, SystemClock
+from .effects import Ask, Call, Flow, Sleep
 from .errors import (
     GateError,
     SagaClosedError,
@@ -51,6 +50,7 @@ from .records import (
     SagaSnapshot,
     StepSnapshot,
 )
+from .reports import RollbackReport, rollback_message
 from .states import (
     SETTLED_STEP_STATES,
     SagaStatus,
@@ -58,16 +58,16 @@ from .states import (
     check_saga_transition,
     check_step_transition,
 )
+from .steps import StepRow, describe, make
 from .storage import MemoryStore, SagaChange, SagaStore
 from .tools import ExecuteContext, Tool, UndoContext
 
-__all__ = ["CompensationFailureMode", "Listener", "RollbackReport", "SagaCore"]
+__all__ = ["CompensationFailureMode", "Listener", "SagaCore", "default_owner"]
 
 log = logging.getLogger("undo_core")
 
 CompensationFailureMode = Literal["continue", "halt"]
 Listener = Callable[[SagaEvent], None]
-T = TypeVar("T")
 
 # States in which a step still carries a side effect that nobody has settled.
 _UNSETTLED = frozenset(
@@ -80,174 +80,11 @@ _UNSETTLED = frozenset(
 )
 
 
-# ---------------------------------------------------------------- effects
-
-
-class Call(NamedTuple):
-    """Effect: call ``fn(*args)`` (maybe async) with an optional timeout."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    timeout: float | None
-    what: str
-
-
-class Ask(NamedTuple):
-    """Effect: ask the gate (``method`` is ``approve_compensation`` or ``compensation_failed``)."""
-
-    method: str
-    request: ApprovalRequest | FailedCompensation
-
-
-class Sleep(NamedTuple):
-    """Effect: wait before the next undo attempt."""
-
-    seconds: float
-
-
-Effect = Call | Ask | Sleep
-
-
-class Outcome(NamedTuple):
-    """What performing an effect gave back to the algorithm."""
-
-    value: Any = None
-    error: BaseException | None = None
-
-
-Flow = Generator[Effect, Outcome | None, T]
-
-
-# ---------------------------------------------------------------- results
-
-
-@dataclass(frozen=True, slots=True)
-class RollbackReport:
-    """What a rollback (or resume) left behind, step ids newest first."""
-
-    status: SagaStatus
-    rolled_back: tuple[str, ...] = ()
-    failed: tuple[str, ...] = ()
-    """Steps whose undo failed (ROLLBACK_FAILED)."""
-    skipped: tuple[str, ...] = ()
-    """Completed steps with no undo: their side effects remain."""
-    rejected: tuple[str, ...] = ()
-    resolved: tuple[str, ...] = ()
-    in_doubt: tuple[str, ...] = ()
-    unresolved: tuple[str, ...] = ()
-    """Steps that still need a human: failed, in doubt, awaiting approval or never reached."""
-
-    @property
-    def clean(self) -> bool:
-        """Every side effect was undone by its own undo."""
-        return self.status is SagaStatus.ROLLED_BACK and not (
-            self.skipped or self.rejected or self.resolved
-        )
-
-
-class _StepOutcome:
+class StepRowOutcome:
     ROLLED_BACK = "rolled_back"
     FAILED = "failed"
     LEFT = "left"
     DONE = "done"
-
-
-# ---------------------------------------------------------------- the mutable step
-
-R = TypeVar("R", bound=tuple[Any, ...])
-
-
-def _make[R: tuple[Any, ...]](cls: type[R], values: tuple[Any, ...]) -> R:
-    """Build a NamedTuple without its generated ``__new__``: the hot path makes 4 per transition."""
-    return tuple.__new__(cls, values)
-
-
-@dataclass(slots=True)
-class _Step:
-    id: str
-    position: int
-    tool_name: str
-    tool: Tool | None
-    input: Any
-    state: StepState
-    created_at: datetime
-    updated_at: datetime
-    has_undo: bool
-    requires_approval: bool
-    reversibility: str
-    idempotency_key: str
-    output: Any = None
-    error: str | None = None
-    error_type: str | None = None
-    traceback: str | None = None
-    completed_at: datetime | None = None
-    attempts: tuple[CompensationAttempt, ...] = ()
-    decision_note: str | None = None
-    decided_by: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    unpersisted: bool = False
-    """A write of this step failed after its tool ran: later writes are best effort."""
-
-    def snapshot(self) -> StepSnapshot:
-        return _make(
-            StepSnapshot,
-            (
-                self.id,
-                self.position,
-                self.tool_name,
-                self.state,
-                self.input,
-                self.output,
-                self.error,
-                self.error_type,
-                self.traceback,
-                self.has_undo,
-                self.requires_approval,
-                self.reversibility,
-                self.idempotency_key,
-                self.created_at,
-                self.updated_at,
-                self.completed_at,
-                self.attempts,
-                self.decision_note,
-                self.decided_by,
-                self.metadata,
-            ),
-        )
-
-    @classmethod
-    def restore(cls, snap: StepSnapshot, tool: Tool | None) -> _Step:
-        return cls(
-            id=snap.id,
-            position=snap.position,
-            tool_name=snap.tool_name,
-            tool=tool,
-            input=snap.input,
-            state=snap.state,
-            created_at=snap.created_at or snap.updated_at or datetime.min,
-            updated_at=snap.updated_at or snap.created_at or datetime.min,
-            has_undo=snap.has_undo,
-            requires_approval=snap.requires_approval,
-            reversibility=snap.reversibility,
-            idempotency_key=snap.idempotency_key,
-            output=snap.output,
-            error=snap.error,
-            error_type=snap.error_type,
-            traceback=snap.traceback,
-            completed_at=snap.completed_at,
-            attempts=snap.compensation_attempts,
-            decision_note=snap.decision_note,
-            decided_by=snap.decided_by,
-            metadata=dict(snap.metadata),
-        )
-
-
-def _describe(error: BaseException | str) -> tuple[str, str | None, str | None]:
-    """(message, type name, traceback text) of an error or a plain message."""
-    if isinstance(error, BaseException):
-        trace = "".join(tb.format_exception(error)) if error.__traceback__ else None
-        return str(error) or type(error).__name__, type(error).__name__, trace
-    return str(error), None, None
 
 
 def default_owner() -> str:
@@ -304,9 +141,9 @@ class SagaCore:
         self._actor = actor
         self._owner = owner or default_owner()
         self._lease = timedelta(seconds=lease_seconds)
-        self._steps: list[_Step] = []
-        self._by_id: dict[str, _Step] = {}
-        self._first_comp_error: tuple[BaseException, _Step] | None = None
+        self._steps: list[StepRow] = []
+        self._by_id: dict[str, StepRow] = {}
+        self._first_comp_error: tuple[BaseException, StepRow] | None = None
         self._pending_store_error: StoreError | None = None
         self._record = SagaRecord(
             id=saga_id or str(uuid.uuid4()),
@@ -404,13 +241,13 @@ class SagaCore:
                 f"it has ended, so {action} is refused (the tool was not called)",
             )
 
-    def _get(self, step_id: str) -> _Step:
+    def _get(self, step_id: str) -> StepRow:
         try:
             return self._by_id[step_id]
         except (KeyError, TypeError):
             raise StepNotFoundError(f"saga {self.name!r} has no step {step_id!r}") from None
 
-    def _unsettled(self, step: _Step) -> bool:
+    def _unsettled(self, step: StepRow) -> bool:
         if step.state in _UNSETTLED:
             return True
         return (
@@ -425,9 +262,9 @@ class SagaCore:
 
     # ------------------------------------------------------------ transitions
 
-    def _commit(self, record: SagaRecord, step: _Step | None, event: SagaEvent) -> None:
+    def _commit(self, record: SagaRecord, step: StepRow | None, event: SagaEvent) -> None:
         snap = step.snapshot() if step is not None else None
-        self._store.apply(_make(SagaChange, (record, snap, event)))
+        self._store.apply(make(SagaChange, (record, snap, event)))
         if not self._listeners:
             return
         for listener in list(self._listeners):
@@ -442,7 +279,7 @@ class SagaCore:
         expires = r.lease_expires_at
         if expires is None or r.lease_owner != self._owner or expires - now < self._lease / 2:
             expires = now + self._lease  # renew once half the lease is spent
-        record = _make(
+        record = make(
             SagaRecord,
             (
                 r.id,
@@ -467,12 +304,12 @@ class SagaCore:
         kind: EventKind,
         to_state: str,
         from_state: str | None,
-        step: _Step | None = None,
+        step: StepRow | None = None,
         *,
         actor: str | None = None,
         detail: str | None = None,
     ) -> SagaEvent:
-        return _make(
+        return make(
             SagaEvent,
             (
                 record.id,
@@ -506,7 +343,7 @@ class SagaCore:
 
     def _step_to(
         self,
-        step: _Step,
+        step: StepRow,
         state: StepState,
         *,
         actor: str | None = None,
@@ -541,7 +378,7 @@ class SagaCore:
             self._pending_store_error = self._pending_store_error or err
         self._record = record
 
-    def _attempt_event(self, step: _Step, attempt: CompensationAttempt) -> None:
+    def _attempt_event(self, step: StepRow, attempt: CompensationAttempt) -> None:
         """Record a failed undo attempt that will be retried (the step stays COMPENSATING)."""
         step.attempts = (*step.attempts, attempt)
         record = self._next_record()
@@ -597,7 +434,7 @@ class SagaCore:
         step_id: str | None = None,
         requires_approval: bool | None = None,
         metadata: Mapping[str, Any] | None = None,
-    ) -> _Step:
+    ) -> StepRow:
         """Create a step and persist it as PENDING before anything runs."""
         if tool.is_async and not self._async:
             raise TypeError(
@@ -609,7 +446,7 @@ class SagaCore:
             raise ValueError(f"saga {self.name!r} already has a step {sid!r}")
         self._start()
         record = self._next_record(next_step_number=number + 1)
-        step = _Step(
+        step = StepRow(
             id=sid,
             position=len(self._steps),
             tool_name=tool.name,
@@ -632,7 +469,7 @@ class SagaCore:
         self._by_id[sid] = step
         return step
 
-    def _complete_step(self, step: _Step, output: Any, *, happened: bool) -> None:
+    def _complete_step(self, step: StepRow, output: Any, *, happened: bool) -> None:
         self._step_to(
             step,
             StepState.COMPLETED,
@@ -640,8 +477,8 @@ class SagaCore:
             output=output,
         )
 
-    def _fail_step(self, step: _Step, error: BaseException | str) -> None:
-        message, kind, trace = _describe(error)
+    def _fail_step(self, step: StepRow, error: BaseException | str) -> None:
+        message, kind, trace = describe(error)
         self._step_to(
             step,
             StepState.FAILED,
@@ -692,13 +529,13 @@ class SagaCore:
 
     def _unpersisted_failed_step(
         self, tool: Tool, input: Any, error: StoreError, step_id: str | None
-    ) -> _Step:
+    ) -> StepRow:
         number = self._record.next_step_number
         self._record = self._record._replace(next_step_number=number + 1)
         sid = step_id or f"step-{number}"
         now = self._clock.now()
-        message, kind, trace = _describe(error)
-        step = _Step(
+        message, kind, trace = describe(error)
+        step = StepRow(
             id=sid,
             position=len(self._steps),
             tool_name=tool.name,
@@ -719,7 +556,7 @@ class SagaCore:
         self._by_id[sid] = step
         return step
 
-    def _after_failure(self, step: _Step, error: BaseException) -> Flow[Any]:
+    def _after_failure(self, step: StepRow, error: BaseException) -> Flow[Any]:
         if not self.auto_rollback_on_failure:
             self._saga_to(SagaStatus.FAILED, failed_step=step.id)
             raise error
@@ -760,7 +597,7 @@ class SagaCore:
         halt = self.on_compensation_failure == "halt"
         for step in reversed(self._steps):
             result = yield from self._compensate(step, actor)
-            if halt and result in (_StepOutcome.FAILED, _StepOutcome.LEFT):
+            if halt and result in (StepRowOutcome.FAILED, StepRowOutcome.LEFT):
                 break
         self._settle(actor)
         if raise_store_errors:
@@ -779,7 +616,7 @@ class SagaCore:
         ):
             self._saga_to(SagaStatus.ROLLED_BACK, actor=actor)
 
-    def _approval_reason(self, step: _Step) -> str | None:
+    def _approval_reason(self, step: StepRow) -> str | None:
         if step.tool is not None and step.tool.requires_approval:
             return f"tool {step.tool_name!r} requires approval before its undo runs"
         if step.requires_approval:
@@ -788,15 +625,15 @@ class SagaCore:
             return "the saga's approval policy matched this step"
         return None
 
-    def _compensate(self, step: _Step, actor: str | None) -> Flow[str]:
+    def _compensate(self, step: StepRow, actor: str | None) -> Flow[str]:
         """Compensate one step, whatever state the rollback finds it in."""
         state = step.state
         if state in SETTLED_STEP_STATES or state is StepState.PENDING:
-            return _StepOutcome.DONE
+            return StepRowOutcome.DONE
         if state is StepState.COMPLETED and not step.has_undo:
-            return _StepOutcome.DONE  # nothing to undo: reported as skipped
+            return StepRowOutcome.DONE  # nothing to undo: reported as skipped
         if state is StepState.IN_DOUBT:
-            return _StepOutcome.LEFT
+            return StepRowOutcome.LEFT
         if state is StepState.ROLLBACK_FAILED:
             return (yield from self._handle_failure(step, actor))
         if state is StepState.COMPLETED:
@@ -810,7 +647,7 @@ class SagaCore:
             assert outcome is not None
             if outcome.error is not None:
                 log.warning("approval gate failed for %s/%s: %r", self.id, step.id, outcome.error)
-                return _StepOutcome.LEFT
+                return StepRowOutcome.LEFT
             decision = self._decision(outcome.value, DecisionAction.APPROVE, DecisionAction.REJECT)
             if decision.action is DecisionAction.REJECT:
                 self._step_to(
@@ -821,7 +658,7 @@ class SagaCore:
                     decided_by=decision.actor,
                     detail=decision.reason,
                 )
-                return _StepOutcome.DONE
+                return StepRowOutcome.DONE
             actor = decision.actor or actor
             self._step_to(
                 step,
@@ -832,10 +669,10 @@ class SagaCore:
                 detail="approved",
             )
         if (yield from self._run_undo(step, actor)):
-            return _StepOutcome.ROLLED_BACK
+            return StepRowOutcome.ROLLED_BACK
         return (yield from self._handle_failure(step, actor))
 
-    def _handle_failure(self, step: _Step, actor: str | None) -> Flow[str]:
+    def _handle_failure(self, step: StepRow, actor: str | None) -> Flow[str]:
         """An undo failed: under "halt" ask the gate (retry, resolve, leave); else move on."""
         while self.on_compensation_failure == "halt":
             request = FailedCompensation(
@@ -845,18 +682,18 @@ class SagaCore:
             assert outcome is not None
             if outcome.error is not None:
                 log.warning("gate failed on %s/%s: %r", self.id, step.id, outcome.error)
-                return _StepOutcome.LEFT
+                return StepRowOutcome.LEFT
             decision = self._decision(
                 outcome.value, DecisionAction.RETRY, DecisionAction.RESOLVE, DecisionAction.LEAVE
             )
             if decision.action is DecisionAction.RESOLVE:
                 self._resolve(step, decision.reason or "", decision.actor)
-                return _StepOutcome.DONE
+                return StepRowOutcome.DONE
             if decision.action is DecisionAction.LEAVE:
-                return _StepOutcome.LEFT
+                return StepRowOutcome.LEFT
             if (yield from self._run_undo(step, decision.actor or actor)):
-                return _StepOutcome.ROLLED_BACK
-        return _StepOutcome.FAILED
+                return StepRowOutcome.ROLLED_BACK
+        return StepRowOutcome.FAILED
 
     def _decision(self, value: Any, *allowed: DecisionAction) -> Decision:
         if not isinstance(value, Decision) or value.action not in allowed:
@@ -864,7 +701,7 @@ class SagaCore:
             raise GateError(f"the gate must answer a Decision of {names}; got {value!r}")
         return value
 
-    def _run_undo(self, step: _Step, actor: str | None) -> Flow[bool]:
+    def _run_undo(self, step: StepRow, actor: str | None) -> Flow[bool]:
         """Run a step's undo under its retry policy; ends ROLLED_BACK or ROLLBACK_FAILED."""
         if step.state is not StepState.COMPENSATING:
             self._step_to(step, StepState.COMPENSATING, actor=actor)
@@ -914,7 +751,7 @@ class SagaCore:
                     started,
                     self._clock.now(),
                     AttemptOutcome.TIMED_OUT if timed_out else AttemptOutcome.FAILED,
-                    _describe(error)[0],
+                    describe(error)[0],
                     actor,
                 ),
             )
@@ -922,14 +759,14 @@ class SagaCore:
 
     def _undo_failed(
         self,
-        step: _Step,
+        step: StepRow,
         error: BaseException,
         started: datetime,
         actor: str | None,
         *,
         timed_out: bool,
     ) -> None:
-        message, kind, trace = _describe(error)
+        message, kind, trace = describe(error)
         attempt = CompensationAttempt(
             len(step.attempts) + 1,
             started,
@@ -952,7 +789,7 @@ class SagaCore:
             detail=message,
         )
 
-    def _resolve(self, step: _Step, note: str, actor: str | None) -> None:
+    def _resolve(self, step: StepRow, note: str, actor: str | None) -> None:
         if not note or not note.strip():
             raise ValueError("resolve() needs a note saying how the side effect was handled")
         self._step_to(
@@ -964,7 +801,7 @@ class SagaCore:
             detail=note,
         )
 
-    def _human_step(self, step_id: str, action: str) -> _Step:
+    def _human_step(self, step_id: str, action: str) -> StepRow:
         step = self._get(step_id)
         if self.status not in (SagaStatus.ROLLBACK_FAILED, SagaStatus.COMPENSATING):
             raise TransitionError(
@@ -1043,10 +880,10 @@ class SagaCore:
     # ------------------------------------------------------------ errors
 
     def _rollback_error(
-        self, report: RollbackReport, failed: _Step, cause: BaseException
+        self, report: RollbackReport, failed: StepRow, cause: BaseException
     ) -> SagaRollbackError:
         comp = self._first_comp_error
-        message = rollback_message(self, report, failed)
+        message = rollback_message(self._by_id, report, failed)
         unsaved, self._pending_store_error = self._pending_store_error, None
         if unsaved is not None and str(unsaved) != str(cause):
             message += f" Some of this could not be saved to the store: {unsaved}"
@@ -1093,45 +930,7 @@ class SagaCore:
         saga._record = snapshot.record._replace(lease_owner=owner)
         saga._started = True
         for snap in snapshot.steps:
-            step = _Step.restore(snap, tools.get(snap.tool_name))
+            step = StepRow.restore(snap, tools.get(snap.tool_name))
             saga._steps.append(step)
             saga._by_id[step.id] = step
         return saga
-
-
-def _label(saga: SagaCore, ids: Iterable[str]) -> str:
-    return ", ".join(f'"{i}" ({saga._by_id[i].tool_name})' for i in ids)
-
-
-def rollback_message(saga: SagaCore, report: RollbackReport, failed: _Step) -> str:
-    """agent-undo's exact message for a clean rollback; a plain account otherwise."""
-    head = f'Task failed at step "{failed.id}" ({failed.tool_name}).'
-    if report.clean:
-        return f"{head} All prior side-effects successfully rolled back."
-    parts = [head]
-    if report.rolled_back:
-        parts.append(f"Rolled back: {_label(saga, report.rolled_back)}.")
-    if report.resolved:
-        parts.append(f"Resolved by hand: {_label(saga, report.resolved)}.")
-    for sid in report.rejected:
-        note = saga._by_id[sid].decision_note
-        parts.append(
-            f'Undo of step {_label(saga, [sid])} was rejected by an approver ("{note}"); '
-            "its side-effects remain."
-        )
-    if report.skipped:
-        parts.append(f"No undo defined, side-effects remain: {_label(saga, report.skipped)}.")
-    for sid in report.failed:
-        parts.append(
-            f"Rollback failed: the undo of step {_label(saga, [sid])} raised: "
-            f"{saga._by_id[sid].error}."
-        )
-    if report.in_doubt:
-        parts.append(
-            f"In doubt (its process stopped while it ran): {_label(saga, report.in_doubt)}."
-        )
-    if report.unresolved:
-        parts.append(
-            f"Manual intervention required; unresolved steps: {', '.join(report.unresolved)}."
-        )
-    return " ".join(parts)

@@ -17,9 +17,11 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from .clock import Clock, SystemClock
-from .engine import Flow, RollbackReport, SagaCore, default_owner
+from .effects import Flow
+from .engine import SagaCore, default_owner
 from .errors import LeaseError, SagaNotFoundError
 from .records import AttemptOutcome, CompensationAttempt, SagaRecord
+from .reports import RollbackReport
 from .saga import AsyncSaga, Saga
 from .states import SagaStatus, StepState
 from .storage import SagaStore

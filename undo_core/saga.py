@@ -9,9 +9,11 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
 
-from .engine import Ask, Call, Effect, Flow, Outcome, RollbackReport, SagaCore, Sleep
+from .effects import Ask, Call, Effect, Flow, Outcome, Sleep
+from .engine import SagaCore
 from .errors import StepTimeoutError
 from .records import StepSnapshot
+from .reports import RollbackReport
 from .states import SagaStatus
 from .storage import SagaStore
 from .tools import Tool

@@ -1,0 +1,51 @@
+"""The effects a saga algorithm yields, and the outcomes it gets back.
+
+The engine's algorithms are generators: they yield one of these, the sync or
+async driver performs it, and sends back an :class:`Outcome`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any, NamedTuple, TypeVar
+
+from .gates import ApprovalRequest, FailedCompensation
+
+T = TypeVar("T")
+
+__all__ = ["Ask", "Call", "Effect", "Flow", "Outcome", "Sleep"]
+
+
+class Call(NamedTuple):
+    """Effect: call ``fn(*args)`` (maybe async) with an optional timeout."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    timeout: float | None
+    what: str
+
+
+class Ask(NamedTuple):
+    """Effect: ask the gate (``method`` is ``approve_compensation`` or ``compensation_failed``)."""
+
+    method: str
+    request: ApprovalRequest | FailedCompensation
+
+
+class Sleep(NamedTuple):
+    """Effect: wait before the next undo attempt."""
+
+    seconds: float
+
+
+Effect = Call | Ask | Sleep
+
+
+class Outcome(NamedTuple):
+    """What performing an effect gave back to the algorithm."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+
+Flow = Generator[Effect, Outcome | None, T]

@@ -1,0 +1,72 @@
+"""What a rollback leaves behind, and the message that tells a human about it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .states import SagaStatus
+from .steps import StepRow
+
+__all__ = ["RollbackReport", "rollback_message"]
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackReport:
+    """What a rollback (or resume) left behind, step ids newest first."""
+
+    status: SagaStatus
+    rolled_back: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    """Steps whose undo failed (ROLLBACK_FAILED)."""
+    skipped: tuple[str, ...] = ()
+    """Completed steps with no undo: their side effects remain."""
+    rejected: tuple[str, ...] = ()
+    resolved: tuple[str, ...] = ()
+    in_doubt: tuple[str, ...] = ()
+    unresolved: tuple[str, ...] = ()
+    """Steps that still need a human: failed, in doubt, awaiting approval or never reached."""
+
+    @property
+    def clean(self) -> bool:
+        """Every side effect was undone by its own undo."""
+        return self.status is SagaStatus.ROLLED_BACK and not (
+            self.skipped or self.rejected or self.resolved
+        )
+
+
+def _label(steps: Mapping[str, StepRow], ids: Iterable[str]) -> str:
+    return ", ".join(f'"{i}" ({steps[i].tool_name})' for i in ids)
+
+
+def rollback_message(steps: Mapping[str, StepRow], report: RollbackReport, failed: StepRow) -> str:
+    """agent-undo's exact message for a clean rollback; a plain account otherwise."""
+    head = f'Task failed at step "{failed.id}" ({failed.tool_name}).'
+    if report.clean:
+        return f"{head} All prior side-effects successfully rolled back."
+    parts = [head]
+    if report.rolled_back:
+        parts.append(f"Rolled back: {_label(steps, report.rolled_back)}.")
+    if report.resolved:
+        parts.append(f"Resolved by hand: {_label(steps, report.resolved)}.")
+    for sid in report.rejected:
+        note = steps[sid].decision_note
+        parts.append(
+            f'Undo of step {_label(steps, [sid])} was rejected by an approver ("{note}"); '
+            "its side-effects remain."
+        )
+    if report.skipped:
+        parts.append(f"No undo defined, side-effects remain: {_label(steps, report.skipped)}.")
+    for sid in report.failed:
+        parts.append(
+            f"Rollback failed: the undo of step {_label(steps, [sid])} raised: {steps[sid].error}."
+        )
+    if report.in_doubt:
+        parts.append(
+            f"In doubt (its process stopped while it ran): {_label(steps, report.in_doubt)}."
+        )
+    if report.unresolved:
+        parts.append(
+            f"Manual intervention required; unresolved steps: {', '.join(report.unresolved)}."
+        )
+    return " ".join(parts)

@@ -1,0 +1,107 @@
+"""The engine's private, mutable view of one step, and how it becomes a snapshot."""
+
+from __future__ import annotations
+
+import traceback as tb
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .records import CompensationAttempt, StepSnapshot
+from .states import StepState
+from .tools import Tool
+
+__all__ = ["StepRow", "describe", "make"]
+
+
+def make[R: tuple[Any, ...]](cls: type[R], values: tuple[Any, ...]) -> R:
+    """Build a NamedTuple without its generated ``__new__``: the hot path makes 4 per transition."""
+    return tuple.__new__(cls, values)
+
+
+@dataclass(slots=True)
+class StepRow:
+    id: str
+    position: int
+    tool_name: str
+    tool: Tool | None
+    input: Any
+    state: StepState
+    created_at: datetime
+    updated_at: datetime
+    has_undo: bool
+    requires_approval: bool
+    reversibility: str
+    idempotency_key: str
+    output: Any = None
+    error: str | None = None
+    error_type: str | None = None
+    traceback: str | None = None
+    completed_at: datetime | None = None
+    attempts: tuple[CompensationAttempt, ...] = ()
+    decision_note: str | None = None
+    decided_by: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    unpersisted: bool = False
+    """A write of this step failed after its tool ran: later writes are best effort."""
+
+    def snapshot(self) -> StepSnapshot:
+        return make(
+            StepSnapshot,
+            (
+                self.id,
+                self.position,
+                self.tool_name,
+                self.state,
+                self.input,
+                self.output,
+                self.error,
+                self.error_type,
+                self.traceback,
+                self.has_undo,
+                self.requires_approval,
+                self.reversibility,
+                self.idempotency_key,
+                self.created_at,
+                self.updated_at,
+                self.completed_at,
+                self.attempts,
+                self.decision_note,
+                self.decided_by,
+                self.metadata,
+            ),
+        )
+
+    @classmethod
+    def restore(cls, snap: StepSnapshot, tool: Tool | None) -> StepRow:
+        return cls(
+            id=snap.id,
+            position=snap.position,
+            tool_name=snap.tool_name,
+            tool=tool,
+            input=snap.input,
+            state=snap.state,
+            created_at=snap.created_at or snap.updated_at or datetime.min,
+            updated_at=snap.updated_at or snap.created_at or datetime.min,
+            has_undo=snap.has_undo,
+            requires_approval=snap.requires_approval,
+            reversibility=snap.reversibility,
+            idempotency_key=snap.idempotency_key,
+            output=snap.output,
+            error=snap.error,
+            error_type=snap.error_type,
+            traceback=snap.traceback,
+            completed_at=snap.completed_at,
+            attempts=snap.compensation_attempts,
+            decision_note=snap.decision_note,
+            decided_by=snap.decided_by,
+            metadata=dict(snap.metadata),
+        )
+
+
+def describe(error: BaseException | str) -> tuple[str, str | None, str | None]:
+    """(message, type name, traceback text) of an error or a plain message."""
+    if isinstance(error, BaseException):
+        trace = "".join(tb.format_exception(error)) if error.__traceback__ else None
+        return str(error) or type(error).__name__, type(error).__name__, trace
+    return str(error), None, None
