@@ -141,6 +141,7 @@ class SagaCore:
         self._actor = actor
         self._owner = owner or default_owner()
         self._lease = timedelta(seconds=lease_seconds)
+        self._half_lease = self._lease / 2
         self._steps: list[StepRow] = []
         self._by_id: dict[str, StepRow] = {}
         self._first_comp_error: tuple[BaseException, StepRow] | None = None
@@ -277,7 +278,7 @@ class SagaCore:
         now = self._clock.now()
         r = self._record
         expires = r.lease_expires_at
-        if expires is None or r.lease_owner != self._owner or expires - now < self._lease / 2:
+        if expires is None or r.lease_owner != self._owner or expires < now + self._half_lease:
             expires = now + self._lease  # renew once half the lease is spent
         record = make(
             SagaRecord,
