@@ -86,6 +86,11 @@ DATABASES = {
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# API limits (docs/api.md): a larger body is refused with 413, a larger batch with 422.
+SAGABOARD_API_MAX_BODY = int(os.environ.get("SAGABOARD_API_MAX_BODY", 1024 * 1024))
+SAGABOARD_API_MAX_BATCH = int(os.environ.get("SAGABOARD_API_MAX_BATCH", 1000))
+DATA_UPLOAD_MAX_MEMORY_SIZE = SAGABOARD_API_MAX_BODY
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

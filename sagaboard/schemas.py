@@ -1,0 +1,184 @@
+"""API schemas (django-ninja / pydantic). Unknown fields are rejected, not ignored.
+
+The transition event mirrors undo_core's ``SagaChange`` (see docs/api.md).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from ninja import Schema
+from pydantic import ConfigDict, Field, field_validator
+
+from undo_core import EventKind, SagaStatus, StepState
+
+NAME = Field(min_length=1, max_length=200)
+ID = Field(min_length=1, max_length=100)
+
+
+def _no_nul(value: str | None) -> str | None:
+    # PostgreSQL text cannot hold NUL; keep every other character as sent.
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+
+
+class StrictSchema(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AttemptIn(StrictSchema):
+    number: int = Field(ge=1)
+    started_at: datetime
+    finished_at: datetime | None = None
+    outcome: Literal["succeeded", "failed", "timed_out", "interrupted"] | None = None
+    error: str | None = None
+    actor: str | None = Field(default=None, max_length=200)
+
+    _clean = field_validator("error", "actor")(_no_nul)
+
+
+class SagaIn(StrictSchema):
+    id: str = ID
+    name: str = NAME
+    status: SagaStatus
+    created_at: datetime
+    updated_at: datetime
+    seq: int = Field(ge=1)
+    next_step_number: int = Field(ge=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+    state: Any = None
+    failed_step: str | None = Field(default=None, max_length=100)
+
+    _clean = field_validator("id", "name", "failed_step")(_no_nul)
+
+
+class StepIn(StrictSchema):
+    id: str = ID
+    position: int = Field(ge=0)
+    tool_name: str = NAME
+    state: StepState
+    input: Any = None
+    output: Any = None
+    error: str | None = None
+    error_type: str | None = Field(default=None, max_length=200)
+    traceback: str | None = None
+    has_undo: bool = True
+    requires_approval: bool = False
+    reversibility: Literal["reversible", "partial", "irreversible"] = "reversible"
+    idempotency_key: str = Field(min_length=1, max_length=250)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    completed_at: datetime | None = None
+    attempts: list[AttemptIn] = Field(default_factory=list, max_length=1000)
+    decision_note: str | None = None
+    decided_by: str | None = Field(default=None, max_length=200)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    _clean = field_validator(
+        "id", "tool_name", "error", "error_type", "traceback", "decision_note", "decided_by"
+    )(_no_nul)
+
+
+class EventInfoIn(StrictSchema):
+    seq: int = Field(ge=1)
+    kind: EventKind
+    step_id: str | None = Field(default=None, max_length=100)
+    tool_name: str | None = Field(default=None, max_length=200)
+    from_state: str | None = Field(default=None, max_length=20)
+    to_state: str = Field(max_length=20)
+    at: datetime
+    actor: str | None = Field(default=None, max_length=200)
+    detail: str | None = None
+
+    _clean = field_validator("step_id", "tool_name", "actor", "detail")(_no_nul)
+
+
+class TransitionIn(StrictSchema):
+    event_id: str = Field(min_length=1, max_length=200)
+    type: Literal["transition"]
+    saga: SagaIn
+    step: StepIn | None = None
+    event: EventInfoIn
+
+
+class EventBatchIn(StrictSchema):
+    events: list[TransitionIn] = Field(min_length=1)
+
+
+class EventResultOut(Schema):
+    event_id: str
+    status: Literal["applied", "duplicate"]
+    log_id: int
+
+
+class EventBatchOut(Schema):
+    results: list[EventResultOut]
+
+
+class ErrorBody(Schema):
+    code: str
+    message: str
+    field: str | None = None
+    index: int | None = None
+    event_id: str | None = None
+
+
+class ErrorOut(Schema):
+    error: ErrorBody
+
+
+class AttemptOut(Schema):
+    number: int
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: str | None
+    error: str | None
+    actor: str | None
+
+
+class StepOut(Schema):
+    id: str
+    position: int
+    tool_name: str
+    state: str
+    input: Any
+    output: Any
+    error: str | None
+    error_type: str | None
+    traceback: str | None
+    has_undo: bool
+    requires_approval: bool
+    reversibility: str
+    idempotency_key: str
+    undo: dict[str, Any]
+    created_at: datetime | None
+    updated_at: datetime | None
+    completed_at: datetime | None
+    attempts: list[AttemptOut]
+    decision_note: str | None
+    decided_by: str | None
+    metadata: dict[str, Any]
+
+
+class SagaSummaryOut(Schema):
+    id: str
+    name: str
+    project: str
+    status: str
+    driver: str
+    created_at: datetime
+    updated_at: datetime
+    seq: int
+    next_step_number: int
+    options: dict[str, Any]
+    state: Any
+    failed_step: str | None
+
+
+class SagaOut(SagaSummaryOut):
+    steps: list[StepOut]
+
+
+class SagaPageOut(Schema):
+    items: list[SagaSummaryOut]
+    next_cursor: str | None

@@ -1,0 +1,78 @@
+"""Reads, always scoped to what the caller may see (one project for an API token)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.db.models import Prefetch, Q, QuerySet
+
+from sagaboard.models import CompensationAttempt, Project, Saga, Step
+
+
+class BadCursor(ValueError):
+    pass
+
+
+def saga_get_for_project(*, project: Project, saga_id: str) -> Saga | None:
+    return (
+        Saga.objects.filter(project=project, saga_id=saga_id)
+        .select_related("project")
+        .prefetch_related(
+            Prefetch(
+                "steps",
+                queryset=Step.objects.order_by("position").prefetch_related(
+                    Prefetch("attempts", queryset=CompensationAttempt.objects.order_by("number"))
+                ),
+            )
+        )
+        .first()
+    )
+
+
+def encode_cursor(saga: Saga) -> str:
+    raw = json.dumps([saga.updated_at.isoformat(), saga.pk]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        updated, pk = json.loads(raw)
+        return datetime.fromisoformat(updated), int(pk)
+    except (ValueError, TypeError) as err:
+        raise BadCursor("cursor is not one this server issued") from err
+
+
+def saga_list_for_project(
+    *,
+    project: Project,
+    statuses: Sequence[str] = (),
+    tool: str | None = None,
+    q: str | None = None,
+    updated_after: datetime | None = None,
+    updated_before: datetime | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> tuple[list[Saga], str | None]:
+    """One page, newest first, by keyset on (updated_at, id): no OFFSET, no COUNT."""
+    qs: QuerySet[Saga] = Saga.objects.filter(project=project).select_related("project")
+    if statuses:
+        qs = qs.filter(status__in=list(statuses))
+    if tool:
+        qs = qs.filter(Q(pk__in=Step.objects.filter(tool_name=tool).values("saga_id")))
+    if q:
+        qs = qs.filter(Q(name__istartswith=q) | Q(saga_id__startswith=q))
+    if updated_after:
+        qs = qs.filter(updated_at__gt=updated_after)
+    if updated_before:
+        qs = qs.filter(updated_at__lt=updated_before)
+    if cursor:
+        updated, pk = decode_cursor(cursor)
+        qs = qs.filter(Q(updated_at__lt=updated) | Q(updated_at=updated, pk__lt=pk))
+    rows = list(qs.order_by("-updated_at", "-id")[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (encode_cursor(rows[-1]) if more and rows else None)

@@ -1,0 +1,251 @@
+"""``DjangoStore``: undo_core's ``SagaStore`` on the ORM, scoped to one project.
+
+A saga run inside the server (a Celery worker, later) persists through this
+store with undo_core's own state machine; the ingestion API writes mirrored
+transitions through the same ``apply_change``. Every change is one
+transaction: the saga row (locked), the step row, new attempts, one event.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import DatabaseError, transaction
+from django.db.models import Q
+
+from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
+from undo_core import (
+    AttemptOutcome,
+    LeaseError,
+    SagaChange,
+    SagaRecord,
+    SagaSnapshot,
+    SagaStatus,
+    StepSnapshot,
+    StepState,
+    StoreError,
+)
+from undo_core import CompensationAttempt as AttemptRecord
+
+UNFINISHED = [SagaStatus.IN_PROGRESS.value, SagaStatus.COMPENSATING.value]
+
+
+class DjangoStore:
+    """A :class:`undo_core.SagaStore` for one project's sagas."""
+
+    def __init__(self, project: Project, *, driver: str = Saga.Driver.SERVER) -> None:
+        self.project = project
+        self.driver = driver
+
+    # ------------------------------------------------------------ writes
+
+    def apply(self, change: SagaChange) -> None:
+        try:
+            self.apply_change(change)
+        except DatabaseError as err:
+            raise StoreError(f"database write failed for saga {change.saga.id!r}: {err}") from err
+
+    def apply_change(
+        self,
+        change: SagaChange,
+        *,
+        client_event_id: str | None = None,
+        digest: str = "",
+        check_lease: bool = True,
+    ) -> Event:
+        """Persist one transition; returns the event log row.
+
+        ``check_lease=False`` is for mirrored sagas, whose leases live in the agent;
+        the sequence number is checked either way, so a stale writer never wins.
+        """
+        record, step, event = change
+        with transaction.atomic():
+            saga = (
+                Saga.objects.select_for_update()
+                .filter(project=self.project, saga_id=record.id)
+                .first()
+            )
+            if saga is None:
+                saga = Saga(project=self.project, saga_id=record.id, driver=self.driver)
+            else:
+                self._fence(saga, record, check_lease)
+            self._copy_saga(saga, record)
+            saga.save()
+            if step is not None:
+                self._save_step(saga, step)
+            return Event.objects.create(
+                project=self.project,
+                saga=saga,
+                seq=event.seq,
+                client_event_id=client_event_id or f"{record.id}:{event.seq}",
+                digest=digest,
+                kind=event.kind.value,
+                step_id=event.step_id,
+                tool_name=event.tool_name,
+                from_state=event.from_state,
+                to_state=event.to_state,
+                at=event.at,
+                actor=event.actor,
+                detail=event.detail,
+            )
+
+    @staticmethod
+    def _fence(saga: Saga, record: SagaRecord, check_lease: bool) -> None:
+        if check_lease and saga.lease_owner not in (None, record.lease_owner):
+            raise LeaseError(f"saga {record.id!r} is leased by {saga.lease_owner!r}")
+        if record.seq <= saga.seq:
+            raise LeaseError(
+                f"saga {record.id!r} is at event {saga.seq}; event {record.seq} is stale"
+            )
+
+    @staticmethod
+    def _copy_saga(saga: Saga, r: SagaRecord) -> None:
+        saga.name = r.name
+        saga.status = r.status.value
+        saga.created_at = saga.created_at or r.created_at
+        saga.updated_at = r.updated_at
+        saga.seq = r.seq
+        saga.next_step_number = r.next_step_number
+        saga.options = dict(r.options)
+        saga.state = r.state
+        saga.failed_step = r.failed_step
+        saga.lease_owner = r.lease_owner
+        saga.lease_expires_at = r.lease_expires_at
+
+    @staticmethod
+    def _save_step(saga: Saga, s: StepSnapshot) -> None:
+        row = Step.objects.filter(saga=saga, step_id=s.id).first() or Step(saga=saga, step_id=s.id)
+        row.position = s.position
+        row.tool_name = s.tool_name
+        row.state = s.state.value
+        row.input = s.input
+        row.output = s.output
+        row.error = s.error
+        row.error_type = s.error_type
+        row.traceback = s.traceback
+        row.has_undo = s.has_undo
+        row.requires_approval = s.requires_approval
+        row.reversibility = s.reversibility
+        row.idempotency_key = s.idempotency_key
+        row.created_at = s.created_at
+        row.updated_at = s.updated_at
+        row.completed_at = s.completed_at
+        row.decision_note = s.decision_note
+        row.decided_by = s.decided_by
+        row.metadata = dict(s.metadata)
+        if not row.undo:
+            row.undo = {"kind": "client"} if saga.driver == Saga.Driver.CLIENT else {}
+        row.save()
+        known = set(row.attempts.values_list("number", flat=True)) if row.pk else set()
+        CompensationAttempt.objects.bulk_create(
+            CompensationAttempt(
+                step=row,
+                number=a.number,
+                started_at=a.started_at,
+                finished_at=a.finished_at,
+                outcome=a.outcome.value if a.outcome else None,
+                error=a.error,
+                actor=a.actor,
+            )
+            for a in s.compensation_attempts
+            if a.number not in known
+        )
+
+    # ------------------------------------------------------------ leases
+
+    def acquire_lease(
+        self, saga_id: str, owner: str, expires_at: datetime, *, expected_owner: str | None
+    ) -> bool:
+        current = Q(lease_owner=owner) | (
+            Q(lease_owner__isnull=True) if expected_owner is None else Q(lease_owner=expected_owner)
+        )
+        updated = Saga.objects.filter(Q(project=self.project, saga_id=saga_id) & current).update(
+            lease_owner=owner, lease_expires_at=expires_at
+        )
+        return updated == 1
+
+    def release_lease(self, saga_id: str, owner: str) -> None:
+        Saga.objects.filter(project=self.project, saga_id=saga_id, lease_owner=owner).update(
+            lease_owner=None, lease_expires_at=None
+        )
+
+    # ------------------------------------------------------------ reads
+
+    def load(self, saga_id: str) -> SagaSnapshot | None:
+        saga = (
+            Saga.objects.filter(project=self.project, saga_id=saga_id)
+            .prefetch_related("steps__attempts")
+            .first()
+        )
+        return None if saga is None else saga_snapshot(saga)
+
+    def events(self, saga_id: str) -> list[dict[str, object]]:
+        """The saga's event log, in order (for inspection and tests)."""
+        return list(
+            Event.objects.filter(project=self.project, saga__saga_id=saga_id)
+            .order_by("seq")
+            .values("seq", "kind", "step_id", "from_state", "to_state", "at", "actor", "detail")
+        )
+
+    def list_unfinished(self) -> list[str]:
+        return list(
+            Saga.objects.filter(project=self.project, status__in=UNFINISHED)
+            .order_by("created_at")
+            .values_list("saga_id", flat=True)
+        )
+
+
+def saga_record(saga: Saga) -> SagaRecord:
+    return SagaRecord(
+        id=saga.saga_id,
+        name=saga.name,
+        status=SagaStatus(saga.status),
+        created_at=saga.created_at,
+        updated_at=saga.updated_at,
+        seq=saga.seq,
+        next_step_number=saga.next_step_number,
+        options=saga.options or {},
+        state=saga.state,
+        failed_step=saga.failed_step,
+        lease_owner=saga.lease_owner,
+        lease_expires_at=saga.lease_expires_at,
+    )
+
+
+def step_snapshot(step: Step) -> StepSnapshot:
+    return StepSnapshot(
+        id=step.step_id,
+        position=step.position,
+        tool_name=step.tool_name,
+        state=StepState(step.state),
+        input=step.input,
+        output=step.output,
+        error=step.error,
+        error_type=step.error_type,
+        traceback=step.traceback,
+        has_undo=step.has_undo,
+        requires_approval=step.requires_approval,
+        reversibility=step.reversibility,
+        idempotency_key=step.idempotency_key,
+        created_at=step.created_at,
+        updated_at=step.updated_at,
+        completed_at=step.completed_at,
+        compensation_attempts=tuple(
+            AttemptRecord(
+                number=a.number,
+                started_at=a.started_at,
+                finished_at=a.finished_at,
+                outcome=AttemptOutcome(a.outcome) if a.outcome else None,
+                error=a.error,
+                actor=a.actor,
+            )
+            for a in step.attempts.all()
+        ),
+        decision_note=step.decision_note,
+        decided_by=step.decided_by,
+        metadata=step.metadata or {},
+    )
+
+
+def saga_snapshot(saga: Saga) -> SagaSnapshot:
+    return SagaSnapshot(saga_record(saga), tuple(step_snapshot(s) for s in saga.steps.all()))

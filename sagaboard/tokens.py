@@ -1,0 +1,93 @@
+"""API tokens: minted once, stored as a prefix and a SHA-256, checked in constant time."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from sagaboard.models import ApiToken, AuditEntry, Project
+
+TOKEN_PREFIX = "sgb_"
+
+
+@dataclass(frozen=True)
+class MintedToken:
+    token: ApiToken
+    secret: str
+    """The whole token: shown once, never stored."""
+
+
+def _digest(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def token_create(
+    *, project: Project, label: str, acting_user: AbstractBaseUser | None = None
+) -> MintedToken:
+    prefix = secrets.token_hex(4)
+    raw = f"{TOKEN_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
+    with transaction.atomic():
+        token = ApiToken.objects.create(
+            project=project,
+            label=label,
+            prefix=prefix,
+            secret_hash=_digest(raw),
+            created_by=acting_user if acting_user and acting_user.pk else None,
+        )
+        AuditEntry.objects.create(
+            project=project,
+            user=acting_user if acting_user and acting_user.pk else None,
+            actor=_actor(acting_user),
+            action="token.create",
+            target=f"token:{prefix}",
+            data={"label": label},
+        )
+    return MintedToken(token, raw)
+
+
+def token_revoke(
+    *, token: ApiToken, reason: str = "", acting_user: AbstractBaseUser | None = None
+) -> ApiToken:
+    with transaction.atomic():
+        if token.revoked_at is None:
+            token.revoked_at = timezone.now()
+            token.save(update_fields=["revoked_at"])
+        AuditEntry.objects.create(
+            project=token.project,
+            user=acting_user if acting_user and acting_user.pk else None,
+            actor=_actor(acting_user),
+            action="token.revoke",
+            target=f"token:{token.prefix}",
+            reason=reason,
+        )
+    return token
+
+
+def token_authenticate(raw: str) -> ApiToken | None:
+    """The active token for ``raw``, or None. The hash comparison is constant-time."""
+    if not raw.startswith(TOKEN_PREFIX):
+        return None
+    prefix = raw[len(TOKEN_PREFIX) :].partition("_")[0]
+    token = ApiToken.objects.select_related("project").filter(prefix=prefix).first()
+    if token is None or not hmac.compare_digest(token.secret_hash, _digest(raw)):
+        return None
+    if token.revoked_at is not None:
+        return None
+    return token
+
+
+def parse_prefix(value: str) -> str:
+    """Accept ``sgb_ab12cd34``, ``ab12cd34`` or a whole token; return the prefix."""
+    if value.startswith(TOKEN_PREFIX):
+        value = value[len(TOKEN_PREFIX) :]
+    return value.partition("_")[0]
+
+
+def _actor(user: AbstractBaseUser | None) -> str:
+    return f"user:{user.get_username()}" if user is not None and user.pk else "cli"
