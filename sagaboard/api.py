@@ -11,20 +11,25 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
-from ninja import NinjaAPI, Query
+from ninja import NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
-from sagaboard import selectors
+from sagaboard import sagas, selectors
 from sagaboard.ingest import IngestError, events_ingest
 from sagaboard.models import ApiToken, Saga, Step
 from sagaboard.schemas import (
     ErrorOut,
     EventBatchIn,
     EventBatchOut,
+    SagaActionIn,
+    SagaBeginIn,
     SagaOut,
     SagaPageOut,
     SagaSummaryOut,
+    StepAddIn,
+    StepCompleteIn,
+    StepFailIn,
     StepOut,
 )
 from sagaboard.tokens import token_authenticate
@@ -176,13 +181,113 @@ def _step(step: Step) -> dict[str, Any]:
     }
 
 
-@api.get("/sagas/{saga_id}", response={200: SagaOut, **ERRORS}, tags=["sagas"])
-def get_saga(request: HttpRequest, saga_id: str) -> Any:
-    """One saga with its steps and their compensation attempts."""
+def _saga_out(request: HttpRequest, saga_id: str) -> Any:
     saga = selectors.saga_get_for_project(project=_token(request).project, saga_id=saga_id)
     if saga is None:
         return _error(request, 404, "not_found", f"no saga {saga_id!r} in this project")
     return {**_summary(saga), "steps": [_step(s) for s in saga.steps.all()]}
+
+
+def _step_out(request: HttpRequest, saga_id: str, step_id: str) -> Any:
+    saga = selectors.saga_get_for_project(project=_token(request).project, saga_id=saga_id)
+    step = next((s for s in saga.steps.all() if s.step_id == step_id), None) if saga else None
+    if step is None:
+        return _error(request, 404, "not_found", f"no step {step_id!r} in saga {saga_id!r}")
+    return _step(step)
+
+
+@api.get("/sagas/{saga_id}", response={200: SagaOut, **ERRORS}, tags=["sagas"])
+def get_saga(request: HttpRequest, saga_id: str) -> Any:
+    """One saga with its steps and their compensation attempts."""
+    return _saga_out(request, saga_id)
+
+
+# ---------------------------------------------------------------- driving a saga by hand
+
+
+@api.post("/sagas", response={201: SagaOut, **ERRORS}, tags=["manual flow"])
+def begin_saga(request: HttpRequest, payload: SagaBeginIn) -> Any:
+    """Begin a saga that sagaboard drives (the seed's ``saga_begin``)."""
+    saga_id = sagas.saga_begin(
+        project=_token(request).project,
+        event_id=payload.event_id,
+        name=payload.name,
+        saga_id=payload.id,
+        on_compensation_failure=payload.on_compensation_failure,
+        actor=payload.actor,
+    )
+    return Status(201, _saga_out(request, saga_id))
+
+
+@api.post("/sagas/{saga_id}/steps", response={201: StepOut, **ERRORS}, tags=["manual flow"])
+def add_step(request: HttpRequest, saga_id: str, payload: StepAddIn) -> Any:
+    """Register a step and how its undo runs (``saga_add_step``)."""
+    step_id = sagas.step_add(
+        project=_token(request).project,
+        event_id=payload.event_id,
+        saga_id=saga_id,
+        tool_name=payload.tool_name,
+        input=payload.input,
+        undo=payload.undo.model_dump(exclude_none=True),
+        requires_approval=payload.requires_approval,
+        reversibility=payload.reversibility,
+    )
+    return Status(201, _step_out(request, saga_id, step_id))
+
+
+@api.post(
+    "/sagas/{saga_id}/steps/{step_id}/complete",
+    response={200: StepOut, **ERRORS},
+    tags=["manual flow"],
+)
+def complete_step(request: HttpRequest, saga_id: str, step_id: str, payload: StepCompleteIn) -> Any:
+    """Mark a step completed with its output (``saga_complete_step``)."""
+    sagas.step_complete(
+        project=_token(request).project,
+        event_id=payload.event_id,
+        saga_id=saga_id,
+        step_id=step_id,
+        output=payload.output,
+    )
+    return _step_out(request, saga_id, step_id)
+
+
+@api.post(
+    "/sagas/{saga_id}/steps/{step_id}/fail", response={200: StepOut, **ERRORS}, tags=["manual flow"]
+)
+def fail_step(request: HttpRequest, saga_id: str, step_id: str, payload: StepFailIn) -> Any:
+    """Mark a step failed (``saga_fail_step``); the saga stays open until a rollback."""
+    sagas.step_fail(
+        project=_token(request).project,
+        event_id=payload.event_id,
+        saga_id=saga_id,
+        step_id=step_id,
+        error=payload.error,
+    )
+    return _step_out(request, saga_id, step_id)
+
+
+@api.post("/sagas/{saga_id}/complete", response={200: SagaOut, **ERRORS}, tags=["manual flow"])
+def complete_saga(request: HttpRequest, saga_id: str, payload: SagaActionIn) -> Any:
+    """Finish the saga successfully."""
+    sagas.saga_complete(project=_token(request).project, event_id=payload.event_id, saga_id=saga_id)
+    return _saga_out(request, saga_id)
+
+
+@api.post("/sagas/{saga_id}/rollback", response={202: SagaOut, **ERRORS}, tags=["manual flow"])
+def rollback_saga(request: HttpRequest, saga_id: str, payload: SagaActionIn) -> Any:
+    """Request a rollback (``saga_rollback``): the saga becomes COMPENSATING.
+
+    Server-side undos then run in workers, newest first, each under its approval rules.
+    """
+    sagas.saga_rollback_request(
+        project=_token(request).project,
+        event_id=payload.event_id,
+        saga_id=saga_id,
+        reason=payload.reason,
+        actor=payload.actor,
+    )
+    return Status(202, _saga_out(request, saga_id))
 
 
 @api.get("/sagas", response={200: SagaPageOut, **ERRORS}, tags=["sagas"])

@@ -219,3 +219,20 @@ class AuditEntry(models.Model):
             models.Index(fields=["actor", "at"], name="audit_actor_at"),
         ]
         ordering = ["-at"]
+
+
+class ApiRequest(models.Model):
+    """A manual-flow API call already served: a retry with its ``event_id`` gets the same answer."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="api_requests")
+    event_id = models.CharField(max_length=200)
+    digest = models.CharField(max_length=64)
+    operation = models.CharField(max_length=50)
+    saga_id = models.CharField(max_length=100)
+    step_id = models.CharField(max_length=100, null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "event_id"], name="api_request_unique")
+        ]

@@ -105,6 +105,57 @@ class EventBatchIn(StrictSchema):
     events: list[TransitionIn] = Field(min_length=1)
 
 
+class UndoIn(StrictSchema):
+    """How a step's undo runs. ``client``: the agent runs it; the rest run in sagaboard."""
+
+    kind: Literal["none", "client", "handler", "webhook", "command"] = "client"
+    handler: str | None = Field(default=None, max_length=200)
+    args: dict[str, Any] = Field(default_factory=dict)
+    url: str | None = Field(default=None, max_length=2000)
+    command: str | None = Field(default=None, max_length=10_000)
+
+
+class SagaBeginIn(StrictSchema):
+    event_id: str = Field(min_length=1, max_length=200)
+    id: str | None = Field(default=None, min_length=1, max_length=100)
+    name: str = NAME
+    on_compensation_failure: Literal["continue", "halt"] = "halt"
+    actor: str | None = Field(default=None, max_length=200)
+
+    _clean = field_validator("id", "name", "actor")(_no_nul)
+
+
+class StepAddIn(StrictSchema):
+    event_id: str = Field(min_length=1, max_length=200)
+    tool_name: str = NAME
+    input: Any = None
+    undo: UndoIn = Field(default_factory=UndoIn)
+    requires_approval: bool = False
+    reversibility: Literal["reversible", "partial", "irreversible"] = "reversible"
+
+    _clean = field_validator("tool_name")(_no_nul)
+
+
+class StepCompleteIn(StrictSchema):
+    event_id: str = Field(min_length=1, max_length=200)
+    output: Any = None
+
+
+class StepFailIn(StrictSchema):
+    event_id: str = Field(min_length=1, max_length=200)
+    error: str = Field(min_length=1, max_length=100_000)
+
+    _clean = field_validator("error")(_no_nul)
+
+
+class SagaActionIn(StrictSchema):
+    event_id: str = Field(min_length=1, max_length=200)
+    reason: str | None = Field(default=None, max_length=10_000)
+    actor: str | None = Field(default=None, max_length=200)
+
+    _clean = field_validator("reason", "actor")(_no_nul)
+
+
 class EventResultOut(Schema):
     event_id: str
     status: Literal["applied", "duplicate"]

@@ -404,8 +404,10 @@ class SagaCore:
         Its flow is gone, so nobody in this process will finish it; releasing the
         lease lets ``recover()`` or ``resume()`` take it over at once.
         """
-        if self.status.ended:
-            return  # already released when it came to rest
+        if not self.status.ended:  # an ended saga released its lease when it came to rest
+            self._abandon_lease()
+
+    def _abandon_lease(self) -> None:
         try:
             self._store.release_lease(self.id, self._owner)
         except Exception:
@@ -418,8 +420,11 @@ class SagaCore:
 
     # ------------------------------------------------------------ steps
 
-    def _start(self) -> None:
-        """Write the saga row once, before its first step."""
+    def start(self) -> None:
+        """Write the saga to its store now (otherwise it is written with its first step).
+
+        Lets a saga that has no step yet be seen, listed and attached to elsewhere.
+        """
         if self._started:
             return
         record = self._next_record()
@@ -445,7 +450,7 @@ class SagaCore:
         sid = step_id or f"step-{number}"
         if sid in self._by_id:
             raise ValueError(f"saga {self.name!r} already has a step {sid!r}")
-        self._start()
+        self.start()
         record = self._next_record(next_step_number=number + 1)
         step = StepRow(
             id=sid,
@@ -584,7 +589,7 @@ class SagaCore:
             raise TransitionError(
                 f"saga {self.name!r}", self.status, SagaStatus.COMPENSATING, "already rolling back"
             )
-        self._start()
+        self.start()
         for step in self._steps:
             if step.state is StepState.PENDING:
                 self._step_to(
@@ -868,8 +873,29 @@ class SagaCore:
                 SagaStatus.COMPLETED,
                 f"steps {', '.join(pending)} are still PENDING: mark them completed or failed",
             )
-        self._start()
+        self.start()
         self._saga_to(SagaStatus.COMPLETED)
+
+    def begin_rollback(self, *, actor: str | None = None) -> None:
+        """Mark the saga COMPENSATING without running any undo yet.
+
+        For undos that run elsewhere (a worker): steps never marked completed
+        are failed, as in any rollback, and ``resume_rollback()`` later runs the
+        compensations from this state.
+        """
+        if self.status not in (SagaStatus.IN_PROGRESS, SagaStatus.FAILED, SagaStatus.COMPLETED):
+            raise TransitionError(
+                f"saga {self.name!r}", self.status, SagaStatus.COMPENSATING, "nothing to roll back"
+            )
+        self.start()
+        for step in self._steps:
+            if step.state is StepState.PENDING:
+                self._fail_step(step, "never marked completed before the rollback")
+        self._saga_to(SagaStatus.COMPENSATING, actor=actor)
+
+    def release(self) -> None:
+        """Let go of the saga's lease, so another process may attach to it at once."""
+        self._abandon_lease()
 
     def resolve(self, step_id: str, note: str, *, actor: str | None = None) -> StepSnapshot:
         """A human handled a failed (or in-doubt) undo by hand: the step becomes RESOLVED."""
