@@ -10,6 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -22,6 +23,7 @@ from sagaboard.schemas import (
     ErrorOut,
     EventBatchIn,
     EventBatchOut,
+    EventPageOut,
     SagaActionIn,
     SagaBeginIn,
     SagaOut,
@@ -109,6 +111,14 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     if exc.status_code == 400:
         return _error(request, 400, "malformed_json", "the request body is not valid JSON")
     return _error(request, exc.status_code, "error", str(exc))
+
+
+@api.exception_handler(OperationalError)
+def _database_unavailable(request: HttpRequest, exc: OperationalError) -> HttpResponse:
+    # The database is busy or away: nothing was applied, and the client should retry.
+    response = _error(request, 503, "unavailable", "the database is unavailable; retry shortly")
+    response["Retry-After"] = "1"
+    return response
 
 
 @api.exception_handler(RequestDataTooBig)
@@ -200,6 +210,34 @@ def _step_out(request: HttpRequest, saga_id: str, step_id: str) -> Any:
 def get_saga(request: HttpRequest, saga_id: str) -> Any:
     """One saga with its steps and their compensation attempts."""
     return _saga_out(request, saga_id)
+
+
+@api.get("/sagas/{saga_id}/events", response={200: EventPageOut, **ERRORS}, tags=["sagas"])
+def list_saga_events(request: HttpRequest, saga_id: str, after: int = 0, limit: int = 500) -> Any:
+    """The saga's event log, oldest first; pass the last ``log_id`` as ``after`` to go on."""
+    if not 1 <= limit <= 1000:
+        return _error(request, 422, "validation_error", "limit must be 1..1000", field="limit")
+    saga = selectors.saga_get_for_project(project=_token(request).project, saga_id=saga_id)
+    if saga is None:
+        return _error(request, 404, "not_found", f"no saga {saga_id!r} in this project")
+    rows = selectors.event_list_for_saga(saga=saga, after=after, limit=limit)
+    items = [
+        {
+            "log_id": e.pk,
+            "event_id": e.client_event_id,
+            "seq": e.seq,
+            "kind": e.kind,
+            "step_id": e.step_id,
+            "tool_name": e.tool_name,
+            "from_state": e.from_state,
+            "to_state": e.to_state,
+            "at": e.at,
+            "actor": e.actor,
+            "detail": e.detail,
+        }
+        for e in rows
+    ]
+    return {"items": items, "next_after": rows[-1].pk if len(rows) == limit else None}
 
 
 # ---------------------------------------------------------------- driving a saga by hand

@@ -178,6 +178,25 @@ class ErrorOut(Schema):
     error: ErrorBody
 
 
+class EventOut(Schema):
+    log_id: int
+    event_id: str
+    seq: int
+    kind: str
+    step_id: str | None
+    tool_name: str | None
+    from_state: str | None
+    to_state: str
+    at: datetime
+    actor: str | None
+    detail: str | None
+
+
+class EventPageOut(Schema):
+    items: list[EventOut]
+    next_after: int | None
+
+
 class AttemptOut(Schema):
     number: int
     started_at: datetime

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from django.db.models import Prefetch, Q, QuerySet
 
-from sagaboard.models import CompensationAttempt, Project, Saga, Step
+from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 
 
 class BadCursor(ValueError):
@@ -76,3 +76,8 @@ def saga_list_for_project(
     more = len(rows) > limit
     rows = rows[:limit]
     return rows, (encode_cursor(rows[-1]) if more and rows else None)
+
+
+def event_list_for_saga(*, saga: Saga, after: int = 0, limit: int = 500) -> list[Event]:
+    """The saga's event log after the log id ``after``, oldest first (a catch-up cursor)."""
+    return list(Event.objects.filter(saga=saga, pk__gt=after).order_by("pk")[:limit])

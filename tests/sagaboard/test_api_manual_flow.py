@@ -127,7 +127,9 @@ def test_ids_of_other_projects_and_unknown_sagas_are_404(call: Any) -> None:
     saga_id = begin(call)
     other = token_create(project=Project.objects.create(slug="x", name="X"), label="x").secret
     assert call("get", f"/sagas/{saga_id}", auth=other).status_code == 404
-    assert call("post", f"/sagas/{saga_id}/steps", {"tool_name": "t"}, auth=other).status_code == 404
+    assert (
+        call("post", f"/sagas/{saga_id}/steps", {"tool_name": "t"}, auth=other).status_code == 404
+    )
     assert call("post", "/sagas/nope/rollback").status_code == 404
 
 
@@ -141,7 +143,9 @@ def test_a_mirrored_saga_cannot_be_driven_by_hand(call: Any, project: Project) -
     saga_id = begin(call)
     Saga.objects.filter(saga_id=saga_id).update(driver=Saga.Driver.CLIENT)
     response = call("post", f"/sagas/{saga_id}/steps", {"tool_name": "t"})
-    assert response.status_code == 409 and "transition events" in response.json()["error"]["message"]
+    assert (
+        response.status_code == 409 and "transition events" in response.json()["error"]["message"]
+    )
 
 
 def test_token_creation_and_revocation_are_audited(project: Project) -> None:

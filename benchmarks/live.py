@@ -1,0 +1,122 @@
+"""A live local sagaboard for benchmarks and end-to-end tests: a database, a token, a server.
+
+Everything listens on 127.0.0.1 only, and every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def temp_database(kind: str, workdir: Path) -> Iterator[str]:
+    """A fresh database URL: a SQLite file in ``workdir``, or a new PostgreSQL database.
+
+    For PostgreSQL, ``SAGABOARD_PG_URL`` (default ``postgres://postgres@127.0.0.1:5432``)
+    names the server; the database is dropped afterwards.
+    """
+    if kind == "sqlite":
+        yield f"sqlite:///{workdir / f'live-{uuid.uuid4().hex[:8]}.sqlite3'}"
+        return
+    import psycopg
+
+    server = os.environ.get("SAGABOARD_PG_URL", "postgres://postgres@127.0.0.1:5432").rstrip("/")
+    name = f"sagaboard_live_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{server}/{name}"
+    finally:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def manage(database_url: str, *args: str, settings: str = "sagaboard.settings") -> str:
+    env = {**os.environ, "DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": settings}
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def prepare(database_url: str, project: str = "shop") -> str:
+    """Migrate, create a project and return a new token for it (via the real commands)."""
+    manage(database_url, "migrate", "--no-input", "-v0")
+    manage(database_url, "sagaboard_project", "create", project)
+    return manage(database_url, "sagaboard_token", "create", project, "--label", "live")
+
+
+class Server:
+    """uvicorn serving sagaboard on 127.0.0.1; stop() and start() again on the same port."""
+
+    def __init__(self, database_url: str, *, settings: str = "sagaboard.settings") -> None:
+        self.database_url = database_url
+        self.settings = settings
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30.0) -> None:
+        env = {
+            **os.environ,
+            "DATABASE_URL": self.database_url,
+            "DJANGO_SETTINGS_MODULE": self.settings,
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "sagaboard.asgi:application",
+             "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning",
+             "--no-access-log"],
+            cwd=ROOT, env=env,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited with code {self.proc.returncode}")
+            try:
+                if httpx.get(f"{self.url}/api/v1/openapi.json", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"the server did not answer within {timeout:g} s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    def __enter__(self) -> Server:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,42 @@
+"""undo_core.remote: report local sagas to sagaboard, and call its API (needs ``httpx``).
+
+Mirror every transition of a saga that runs in this process; the agent never
+waits for, or fails because of, the dashboard (events are queued, batched,
+retried, optionally spooled to disk)::
+
+    from undo_core import Saga
+    from undo_core.remote import SagaboardStore
+
+    with SagaboardStore("https://sagaboard.example", token, spool="var/sagaboard.spool") as store:
+        with Saga("checkout", store=store) as saga:
+            saga.execute(reserve_stock, {"sku": "A-1"})
+            saga.execute(charge_card, {"amount": 42})
+    # leaving the block flushed the queue (events not sent stay in the spool)
+
+Drive a saga by hand over the API, as the seed's MCP tools do::
+
+    from undo_core.remote import SagaboardClient
+
+    with SagaboardClient("https://sagaboard.example", token) as client:
+        saga = client.begin("checkout-flow")
+        step = client.add_step(saga["id"], "create_backup", {}, undo="rm -f backup.json")
+        client.complete_step(saga["id"], step["id"])
+        client.rollback(saga["id"], reason="shipping API down")
+
+The wire contract is docs/api.md. ``undo_core`` itself does not import this
+package, so the engine keeps needing nothing but the standard library.
+"""
+
+from ._client import AsyncSagaboardClient, SagaboardClient
+from ._errors import SagaboardAPIError, SagaboardUnavailable
+from ._store import SagaboardStore
+from ._wire import change_to_event
+
+__all__ = [
+    "AsyncSagaboardClient",
+    "SagaboardAPIError",
+    "SagaboardClient",
+    "SagaboardStore",
+    "SagaboardUnavailable",
+    "change_to_event",
+]

@@ -1,0 +1,502 @@
+"""``SagaboardStore``: mirror every transition of local sagas to sagaboard, in the background.
+
+The agent's work must never fail because the dashboard is slow or down, so
+``apply`` only serialises the change (in the caller's thread: a value that is
+not JSON fails *that* step, as with ``SQLiteStore``) and queues it; one daemon
+thread sends the queue in batches.
+
+Guarantees:
+
+* **Order.** One FIFO queue for the whole store. The sender always sends the
+  head of the queue and removes events only once acknowledged, so events reach
+  the server in ``apply`` order, across sagas too, and are never reordered.
+  A retried batch starts at the same event (it may have grown meanwhile).
+* **At least once.** A batch whose answer was lost is sent again; the server
+  recognises each ``event_id`` (``"<saga id>:<seq>"``) and answers
+  ``duplicate``, so nothing is applied twice.
+* **Retries.** Connection errors, timeouts, 408, 429 and 5xx are retried with
+  exponential backoff and jitter up to ``max_backoff``; ``Retry-After`` is
+  honoured. 401/403/404/405 (a bad token or URL) are retried too, loudly: they
+  are a configuration problem, and dropping events for it would lose all of them.
+* **Bad events.** Any other 4xx means an event in the batch is refused. The
+  sender isolates it (the part before the server's ``index`` as one batch, then
+  the suspect alone; without an index, one by one), logs it on the
+  ``undo_core.remote`` logger, calls ``on_error(event, response)``, drops only
+  that event and goes on.
+* **Bounded memory.** Without a spool at most ``max_queue`` events wait in
+  memory. When full, ``apply`` blocks up to ``block_timeout`` seconds (back
+  pressure for a slow server) and then raises ``StoreError("sagaboard queue
+  full ...")``: an event is never dropped silently, and the engine treats the
+  error as a failed write (the step fails, or the saga rolls back). To never
+  block and never fail, give a ``spool``.
+* **Spool.** With ``spool=path`` every event is written to a local SQLite file
+  before ``apply`` returns and deleted once acknowledged; memory holds only the
+  batch in flight. A process that exits or is killed leaves its events there,
+  and the next store on the same file sends them first, in order.
+
+Leases: the server keeps no leases for mirrored sagas, so ``acquire_lease`` /
+``release_lease`` work in this process only (a dict under a lock, with
+MemoryStore's compare-and-set). To recover a saga after its process died, keep
+a local :class:`~undo_core.SQLiteStore` as the saga's store as well (recover
+from it), and use this store as the mirror.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NamedTuple, Self
+
+import httpx
+
+from ..errors import LeaseError, StoreError
+from ..records import SagaRecord, SagaSnapshot
+from ..storage import SagaChange
+from ._client import SagaboardClient, retry_after
+from ._errors import SagaboardAPIError, api_error
+from ._queue import Item, MemoryQueue, Outbox, SpoolQueue
+from ._wire import encode_event, saga_from_json
+
+__all__ = ["ErrorHook", "SagaboardStore"]
+
+log = logging.getLogger("undo_core.remote")
+
+ErrorHook = Callable[[dict[str, Any], httpx.Response], None]
+"""``on_error(event, response)``: called (in the sender thread) for each dropped event."""
+
+_EVENTS_PATH = "/api/v1/events"
+_MAX_BATCH_BYTES = 900_000  # under the server's default SAGABOARD_API_MAX_BODY (1 MiB)
+_BASE_BACKOFF = 0.1
+_MAX_RETRY_AFTER = 300.0
+_IDLE_WAIT = 1.0  # the sender and flush() re-check their state at least this often
+_CONFIG_STATUSES = frozenset({401, 403, 404, 405})
+
+
+class _Lease(NamedTuple):
+    owner: str | None
+    expires_at: datetime | None
+    seq: int
+
+
+class _Answer(NamedTuple):
+    """What the server's answer to one batch means for the sender."""
+
+    kind: str  # "ok" | "retry" | "bad"
+    response: httpx.Response | None = None
+    retry_after: float = 0.0
+
+
+class SagaboardStore:
+    """A :class:`~undo_core.SagaStore` that reports every transition to sagaboard.
+
+    ``Saga("checkout", store=SagaboardStore(url, token))``. Use it as a (sync or
+    async) context manager, or call :meth:`close`, so queued events are sent
+    before the process ends; an open store also flushes at interpreter exit.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        batch_size: int = 200,
+        flush_interval: float = 0.05,
+        max_queue: int = 10_000,
+        spool: str | Path | None = None,
+        timeout: float = 5.0,
+        max_backoff: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        on_error: ErrorHook | None = None,
+        block_timeout: float = 2.0,
+    ) -> None:
+        if batch_size < 1 or max_queue < 1:
+            raise ValueError("batch_size and max_queue must be at least 1")
+        self.url = url.rstrip("/")
+        self._batch_size = batch_size
+        self._flush_interval = max(0.0, flush_interval)
+        self._timeout = timeout
+        self._max_backoff = max(0.0, max_backoff)
+        self._block_timeout = max(0.0, block_timeout)
+        self._on_error = on_error
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+        )
+        self._reader = SagaboardClient(url, token, timeout=timeout, transport=transport)
+        self._spooled = spool is not None
+        self._queue: Outbox = SpoolQueue(spool) if spool is not None else MemoryQueue(max_queue)
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._hurry = threading.Event()
+        self._stopping = False
+        self._closed = False
+        self._flushing = 0
+        self._outage = False
+        self._leases: dict[str, _Lease] = {}
+        self._counts = {"sent": 0, "retried": 0, "dropped_bad": 0, "spooled": 0}
+        self._thread = threading.Thread(target=self._run, name="sagaboard-sender", daemon=True)
+        self._thread.start()
+        _open_stores.add(self)
+
+    def __repr__(self) -> str:
+        return f"<SagaboardStore {self.url} queued={len(self._queue)}>"
+
+    # ------------------------------------------------------------ SagaStore: writes
+
+    def apply(self, change: SagaChange) -> None:
+        """Queue one transition; never waits for the network (a full queue: see the module doc)."""
+        payload = encode_event(change)  # SerializationError here, in the caller's thread
+        with self._cond:
+            self._wait_for_room()
+            self._fence(change.saga)
+            self._queue.put(payload)
+            if self._spooled:
+                self._counts["spooled"] += 1
+            r = change.saga
+            self._leases[r.id] = _Lease(r.lease_owner, r.lease_expires_at, r.seq)
+            waiting = len(self._queue)
+            if waiting == 1 or waiting >= self._batch_size:
+                self._cond.notify_all()  # the sender is idle, or its batch is full
+
+    def _wait_for_room(self) -> None:
+        """Back pressure: wait (bounded) for the sender to free room, else refuse the write."""
+        deadline = time.monotonic() + self._block_timeout
+        while True:
+            self._check_open()
+            if not self._queue.full():
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StoreError(
+                    f"sagaboard queue full: {len(self._queue)} event(s) wait for {self.url}, "
+                    f"which is slow or down (waited {self._block_timeout:g}s; "
+                    "pass spool= to queue on disk instead)"
+                )
+            self._cond.wait(left)
+
+    def _fence(self, incoming: SagaRecord) -> None:
+        """Refuse a write from an owner that lost the saga's (in-process) lease."""
+        held = self._leases.get(incoming.id)
+        if held is None:
+            return
+        if held.owner not in (None, incoming.lease_owner) or incoming.seq <= held.seq:
+            raise LeaseError(
+                f"saga {incoming.id!r} is leased by {held.owner!r}, or was changed since this "
+                f"owner ({incoming.lease_owner!r}) read it"
+            )
+
+    def acquire_lease(
+        self, saga_id: str, owner: str, expires_at: datetime, *, expected_owner: str | None
+    ) -> bool:
+        """Compare-and-set in this process; a saga with no local lease counts as unowned."""
+        with self._cond:
+            held = self._leases.get(saga_id)
+            current = held.owner if held is not None else None
+            if current not in (expected_owner, owner):
+                return False
+            self._leases[saga_id] = _Lease(owner, expires_at, held.seq if held else 0)
+            return True
+
+    def release_lease(self, saga_id: str, owner: str) -> None:
+        """Drop the local lease (and forget the saga: a resting saga needs no fencing)."""
+        with self._cond:
+            held = self._leases.get(saga_id)
+            if held is not None and held.owner == owner:
+                del self._leases[saga_id]
+
+    # ------------------------------------------------------------ SagaStore: reads
+
+    def load(self, saga_id: str) -> SagaSnapshot | None:
+        """The saga as sagaboard has it, after sending what is queued (``None`` if unknown)."""
+        self._check_open()
+        if not self.flush(self._timeout):
+            raise StoreError(
+                f"cannot read saga {saga_id!r} from sagaboard: {len(self._queue)} events "
+                f"are still waiting to be sent to {self.url}"
+            )
+        try:
+            data = self._reader.get_saga(saga_id)
+        except SagaboardAPIError as err:
+            if err.status == 404:
+                return None
+            raise
+        snapshot = saga_from_json(data)
+        with self._cond:
+            held = self._leases.get(saga_id)
+        if held is None:
+            return snapshot
+        record = snapshot.record._replace(lease_owner=held.owner, lease_expires_at=held.expires_at)
+        return SagaSnapshot(record, snapshot.steps)
+
+    def list_unfinished(self) -> list[str]:
+        """Ids of the project's sagas IN_PROGRESS or COMPENSATING on the server, oldest first.
+
+        These include sagas of other agents of the project: recover from a local
+        store instead (see the module doc).
+        """
+        self._check_open()
+        self.flush(self._timeout)
+        items = list(self._reader.list_sagas(status=["IN_PROGRESS", "COMPENSATING"]))
+        items.sort(key=lambda item: datetime.fromisoformat(item["created_at"]))
+        return [item["id"] for item in items]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"SagaboardStore for {self.url} is closed")
+
+    # ------------------------------------------------------------ flush, close, stats
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every event queued so far is acknowledged (or dropped as bad).
+
+        ``True`` when done, ``False`` if ``timeout`` seconds passed first (the
+        events stay queued). Cuts the sender's current backoff short, not a
+        server's ``Retry-After``.
+        """
+        if threading.current_thread() is self._thread:
+            return False  # called from on_error: waiting on ourselves would deadlock
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            target = self._queue.last()
+            self._flushing += 1
+            self._cond.notify_all()
+            self._hurry.set()
+            try:
+                return self._wait_through(target, deadline)
+            finally:
+                self._flushing -= 1
+
+    def _wait_through(self, target: int, deadline: float | None) -> bool:
+        while (head := self._queue.head()) is not None and head <= target:
+            if not self._thread.is_alive():
+                return False
+            left = _IDLE_WAIT if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._cond.wait(min(left, _IDLE_WAIT))
+        return True
+
+    def close(self, timeout: float | None = 10.0) -> bool:
+        """Flush (up to ``timeout`` seconds), then stop the sender; ``True`` if all was sent.
+
+        Events still unsent stay in the spool if there is one (the next store on
+        it sends them), else they are lost and a warning says how many.
+        """
+        with self._cond:
+            if self._closed:
+                return len(self._queue) == 0
+        sent_all = self.flush(timeout)
+        with self._cond:
+            self._closed = self._stopping = True
+            self._cond.notify_all()
+        self._stop.set()
+        self._hurry.set()
+        self._thread.join(self._timeout + 1.0)  # a request in flight ends within its timeout
+        self._shut(sent_all)
+        return sent_all
+
+    def _shut(self, sent_all: bool) -> None:
+        with self._cond:
+            left = len(self._queue)
+            self._queue.close()
+        self._http.close()
+        self._reader.close()
+        _open_stores.discard(self)
+        if left and self._spooled:
+            log.warning("%d event(s) for %s kept in the spool, to send later", left, self.url)
+        elif left:
+            log.warning("%d event(s) for %s were never sent (no spool)", left, self.url)
+        elif not sent_all:
+            log.warning("SagaboardStore for %s closed before its flush ended", self.url)
+
+    def stats(self) -> dict[str, int]:
+        """Counts: ``queued`` (waiting now), ``sent``, ``retried`` (batch retries),
+        ``dropped_bad`` (refused events), ``spooled`` (written to the spool by this store)."""
+        with self._cond:
+            return {"queued": len(self._queue), **self._counts}
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def aflush(self, timeout: float | None = None) -> bool:
+        """:meth:`flush` without blocking the event loop."""
+        return await asyncio.to_thread(self.flush, timeout)
+
+    async def aclose(self, timeout: float | None = 10.0) -> bool:
+        """:meth:`close` without blocking the event loop."""
+        return await asyncio.to_thread(self.close, timeout)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------ the sender thread
+
+    def _run(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            try:
+                self._deliver(batch, grow=True)
+            except Exception:  # the sender must outlive any bug: events would stop flowing
+                log.exception("sagaboard sender failed; retrying")
+                self._pause(self._max_backoff, 0.0)
+
+    def _next_batch(self) -> list[Item] | None:
+        """The head of the queue, once there is one; lingers ``flush_interval`` to fill a batch."""
+        with self._cond:
+            while not self._stopping and len(self._queue) == 0:
+                self._cond.wait(_IDLE_WAIT)
+            deadline = time.monotonic() + self._flush_interval
+            while not self._stopping and len(self._queue) < self._batch_size:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._flushing:
+                    break
+                self._cond.wait(left)
+            if self._stopping:
+                return None
+            self._hurry.clear()  # an old flush() must not cut this batch's first backoff short
+            return self._queue.peek(self._batch_size, _MAX_BATCH_BYTES)
+
+    def _deliver(self, items: list[Item], *, grow: bool) -> None:
+        """Send ``items`` until acknowledged, isolated, or the store stops."""
+        attempt = 0
+        while not self._stopping:
+            answer = self._post(items)
+            if answer.kind == "ok":
+                self._resolve(items[-1].number, sent=len(items))
+                return
+            if answer.kind == "bad":
+                assert answer.response is not None
+                self._isolate(items, answer.response)
+                return
+            attempt += 1
+            with self._cond:
+                self._counts["retried"] += 1
+            if not self._pause(self._backoff(attempt), answer.retry_after):
+                return
+            if grow:  # same head, maybe more behind it now: order is unchanged
+                with self._cond:
+                    items = self._queue.peek(self._batch_size, _MAX_BATCH_BYTES) or items
+
+    def _post(self, items: list[Item]) -> _Answer:
+        body = '{"events":[' + ",".join(item.payload for item in items) + "]}"
+        try:
+            response = self._http.post(_EVENTS_PATH, content=body.encode())
+        except httpx.TransportError as err:
+            self._note_outage(f"cannot reach it: {err!r}")
+            return _Answer("retry")
+        status = response.status_code
+        if 200 <= status < 300:
+            if self._outage:
+                self._outage = False
+                log.info("sagaboard at %s is reachable again", self.url)
+            return _Answer("ok", response)
+        if status in (408, 429) or status >= 500:
+            self._note_outage(f"it answered {status}")
+            return _Answer("retry", response, retry_after(response, _MAX_RETRY_AFTER))
+        if status < 400 or status in _CONFIG_STATUSES:
+            self._note_outage(
+                f"{api_error(response)}: check the URL and token", level=logging.ERROR
+            )
+            return _Answer("retry", response)
+        return _Answer("bad", response)
+
+    def _note_outage(self, why: str, *, level: int = logging.WARNING) -> None:
+        """Log once per outage, not once per retry."""
+        if not self._outage:
+            self._outage = True
+            log.log(level, "sagaboard at %s: %s; events stay queued and are retried", self.url, why)
+
+    def _isolate(self, items: list[Item], response: httpx.Response) -> None:
+        """Find the refused event of a batch; send the others, in order."""
+        if len(items) == 1:
+            self._drop(items[0], response)
+            return
+        index = api_error(response).index
+        if index is not None and 0 <= index < len(items):
+            if index:
+                self._deliver(items[:index], grow=False)
+            if not self._stopping:
+                self._deliver([items[index]], grow=False)
+            return  # the rest is the head of the queue again: sent as the next batch
+        for item in items:
+            if self._stopping:
+                return
+            self._deliver([item], grow=False)
+
+    def _drop(self, item: Item, response: httpx.Response) -> None:
+        event: dict[str, Any] = json.loads(item.payload)
+        log.error(
+            "sagaboard refused event %s (%s); it is dropped, the others go on",
+            event.get("event_id"),
+            api_error(response),
+        )
+        with self._cond:
+            self._counts["dropped_bad"] += 1
+        if self._on_error is not None:
+            try:
+                self._on_error(event, response)
+            except Exception:
+                log.exception("on_error hook %r failed", self._on_error)
+        self._resolve(item.number, sent=0)
+
+    def _resolve(self, number: int, *, sent: int) -> None:
+        """Events up to ``number`` are done: remove them and wake flush() and blocked apply()."""
+        with self._cond:
+            try:
+                self._queue.remove_through(number)
+            except Exception:  # a spool that cannot delete: the events are resent (duplicates)
+                log.exception("cannot remove sent events from the sagaboard queue")
+            self._counts["sent"] += sent
+            self._cond.notify_all()
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with jitter, so many agents do not retry in step."""
+        ceiling = min(self._max_backoff, _BASE_BACKOFF * 2.0 ** min(attempt - 1, 20))
+        return ceiling * random.uniform(0.5, 1.0)
+
+    def _pause(self, backoff: float, retry_after: float) -> bool:
+        """Sleep before a retry; ``False`` if the store is stopping.
+
+        The server's ``Retry-After`` is waited in full (only close() cuts it);
+        our own backoff ends early when flush() asks to hurry.
+        """
+        if retry_after > 0 and self._stop.wait(retry_after):
+            return False
+        rest = backoff - retry_after
+        if rest > 0 and self._hurry.wait(rest):
+            self._hurry.clear()
+        return not self._stopping
+
+
+_open_stores: set[SagaboardStore] = set()
+
+
+@atexit.register
+def _close_open_stores() -> None:
+    """Send what is queued before the interpreter ends (bounded by each store's timeout)."""
+    for store in list(_open_stores):
+        store.close(store._timeout)
