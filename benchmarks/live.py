@@ -85,6 +85,10 @@ class Server:
             **os.environ,
             "DATABASE_URL": self.database_url,
             "DJANGO_SETTINGS_MODULE": self.settings,
+            # As in production: DEBUG off (no query log, no debug pages).
+            "SAGABOARD_DEBUG": "0",
+            "SAGABOARD_SECRET_KEY": os.environ.get("SAGABOARD_SECRET_KEY", "live-test-only"),
+            "SAGABOARD_ALLOWED_HOSTS": "127.0.0.1,localhost",
         }
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "sagaboard.asgi:application",

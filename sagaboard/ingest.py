@@ -9,20 +9,20 @@ transition tables before it is stored.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Literal
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 
-from sagaboard.models import Event, Project, Saga, Step
+from sagaboard.bulk import Table
+from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from sagaboard.schemas import TransitionIn
-from sagaboard.storage import DjangoStore
+from sagaboard.storage import copy_saga, copy_step, event_fields, new_attempts
 from undo_core import (
     AttemptOutcome,
-    CompensationAttempt,
     EventKind,
-    LeaseError,
     SagaChange,
     SagaEvent,
     SagaRecord,
@@ -31,6 +31,7 @@ from undo_core import (
     StepState,
     TransitionError,
 )
+from undo_core import CompensationAttempt as AttemptRecord
 from undo_core.states import check_saga_transition, check_step_transition
 
 
@@ -51,53 +52,188 @@ class IngestResult:
     log_id: int
 
 
+_SAGA_COLUMNS = [
+    "name", "status", "created_at", "updated_at", "seq", "next_step_number", "options",
+    "state", "failed_step", "lease_owner", "lease_expires_at",
+]  # fmt: skip
+_STEP_COLUMNS = [
+    "position", "tool_name", "state", "input", "output", "error", "error_type", "traceback",
+    "has_undo", "requires_approval", "reversibility", "idempotency_key", "created_at",
+    "updated_at", "completed_at", "decision_note", "decided_by", "metadata", "undo",
+]  # fmt: skip
+_EVENT_COLUMNS = [
+    "project_id", "saga_id", "seq", "client_event_id", "digest", "kind", "step_id",
+    "tool_name", "from_state", "to_state", "at", "actor", "detail", "recorded_at",
+]  # fmt: skip
+_ATTEMPT_COLUMNS = ["step_id", "number", "started_at", "finished_at", "outcome", "error", "actor"]
+
+
+class _Batch:
+    """The rows a batch touches, loaded once, changed in memory, written in bulk.
+
+    A batch of N events costs a constant number of queries, not N times a few,
+    and rows are plain namespaces written with ``executemany``: that is what lets
+    one request carry a thousand events.
+    """
+
+    def __init__(self, project: Project, events: list[TransitionIn]) -> None:
+        self.project = project
+        ids = [e.event_id for e in events]
+        self.seen = {
+            cid: (digest, pk)
+            for cid, digest, pk in Event.objects.filter(
+                project=project, client_event_id__in=ids
+            ).values_list("client_event_id", "digest", "pk")
+        }
+        saga_ids = {e.saga.id for e in events}
+        # Lock the sagas this batch changes: concurrent batches for one saga serialise here.
+        self.sagas = {
+            row["saga_id"]: SimpleNamespace(**row)
+            for row in Saga.objects.select_for_update()
+            .filter(project=project, saga_id__in=saga_ids)
+            .values("pk", "project_id", "saga_id", "driver", *_SAGA_COLUMNS)
+        }
+        by_pk = {s.pk: s.saga_id for s in self.sagas.values()}
+        step_ids = {e.step.id for e in events if e.step is not None}
+        self.steps = {
+            (by_pk[row["saga_id"]], row["step_id"]): SimpleNamespace(**row)
+            for row in Step.objects.filter(saga_id__in=list(by_pk), step_id__in=step_ids).values(
+                "pk", "saga_id", "step_id", *_STEP_COLUMNS
+            )
+        }
+        self.attempts: dict[int, set[int]] = {}
+        for step_pk, number in CompensationAttempt.objects.filter(
+            step_id__in=[s.pk for s in self.steps.values()]
+        ).values_list("step_id", "number"):
+            self.attempts.setdefault(step_pk, set()).add(number)
+        self.dirty_steps: dict[tuple[str, str], StepSnapshot] = {}
+        self.events: list[tuple[SimpleNamespace, SagaEvent, str, str]] = []
+
+    def step(self, saga: Any, step_id: str) -> Any:
+        return self.steps.get((saga.saga_id, step_id))
+
+    def apply(self, event: TransitionIn, digest: str) -> None:
+        record, snapshot, info = _change(event)
+        saga = self.sagas.get(record.id)
+        if saga is None:
+            saga = SimpleNamespace(
+                pk=None, saga_id=record.id, driver=Saga.Driver.CLIENT, created_at=None
+            )
+            self.sagas[record.id] = saga
+        saga.dirty = True
+        copy_saga(saga, record)
+        if snapshot is not None:
+            key = (saga.saga_id, snapshot.id)
+            row = self.steps.get(key)
+            if row is None:
+                row = self.steps[key] = SimpleNamespace(
+                    pk=None, saga_id=None, step_id=snapshot.id, undo={}
+                )
+            copy_step(row, snapshot, driver=saga.driver)
+            self.dirty_steps[key] = snapshot
+        self.events.append((saga, info, event.event_id, digest))
+
+    def write(self) -> None:
+        new = [s for s in self.sagas.values() if s.pk is None]
+        for s in new:
+            s.project_id = self.project.pk
+        Table(Saga, ["project_id", "saga_id", "driver", *_SAGA_COLUMNS]).insert(new)
+        Table(Saga, _SAGA_COLUMNS).update(
+            s for s in self.sagas.values() if s.pk is not None and getattr(s, "dirty", False)
+        )
+        _fill_pks(new, Saga.objects.filter(project=self.project), "saga_id")
+        steps = [self.steps[key] for key in self.dirty_steps]
+        for (saga_id, _), row in zip(self.dirty_steps, steps, strict=True):
+            row.saga_id = self.sagas[saga_id].pk
+        fresh = [row for row in steps if row.pk is None]
+        Table(Step, ["saga_id", "step_id", *_STEP_COLUMNS]).insert(fresh)
+        Table(Step, _STEP_COLUMNS).update(row for row in steps if row.pk is not None)
+        if fresh:
+            wanted = {(row.saga_id, row.step_id): row for row in fresh}
+            for pk, saga_pk, step_id in Step.objects.filter(
+                saga_id__in={row.saga_id for row in fresh},
+                step_id__in={row.step_id for row in fresh},
+            ).values_list("pk", "saga_id", "step_id"):
+                if (saga_pk, step_id) in wanted:
+                    wanted[(saga_pk, step_id)].pk = pk
+        attempts = []
+        for key, snapshot in self.dirty_steps.items():
+            row = self.steps[key]
+            attempts += new_attempts(row.pk, snapshot, self.attempts.get(row.pk, set()))
+        Table(CompensationAttempt, _ATTEMPT_COLUMNS).insert(attempts)
+        now = timezone.now()
+        Table(Event, _EVENT_COLUMNS).insert(
+            SimpleNamespace(
+                **event_fields(saga, info, client_id, digest), saga_id=saga.pk, recorded_at=now
+            )
+            for saga, info, client_id, digest in self.events
+        )
+
+    def log_ids(self) -> dict[str, int]:
+        ids = [client_id for _, _, client_id, _ in self.events]
+        return dict(
+            Event.objects.filter(project=self.project, client_event_id__in=ids).values_list(
+                "client_event_id", "pk"
+            )
+        )
+
+
+def _fill_pks(rows: list[Any], queryset: Any, key: str) -> None:
+    """Give freshly inserted rows their primary keys, found by a unique column."""
+    if rows:
+        wanted = {getattr(r, key): r for r in rows}
+        for pk, value in queryset.filter(**{f"{key}__in": list(wanted)}).values_list("pk", key):
+            wanted[value].pk = pk
+
+
 def events_ingest(*, project: Project, events: list[TransitionIn]) -> list[IngestResult]:
     """Apply a batch of transition events atomically, in order."""
-    store = DjangoStore(project, driver=Saga.Driver.CLIENT)
-    results = []
     with transaction.atomic():
+        batch = _Batch(project, events)
+        digests: dict[str, str] = {}
+        duplicates: set[int] = set()
         for index, event in enumerate(events):
             try:
-                results.append(_ingest_one(store, event))
+                digest = _digest(event)
+                known = batch.seen.get(event.event_id, (digests.get(event.event_id), 0))[0]
+                if known is not None:
+                    if known != digest:
+                        raise IngestError(
+                            409,
+                            "conflict",
+                            f"event_id {event.event_id!r} was already used for a different event",
+                            "event_id",
+                        )
+                    duplicates.add(index)
+                    continue
+                _check_move(batch, event)
+                batch.apply(event, digest)
+                digests[event.event_id] = digest
             except IngestError as err:
                 err.index, err.event_id = index, event.event_id
                 raise
-    return results
+        try:
+            batch.write()
+        except IntegrityError as err:  # a concurrent request stored the same event first
+            raise IngestError(409, "conflict", f"a concurrent request won: {err}") from err
+        log_ids = batch.log_ids()
+    log_ids.update({cid: pk for cid, (_, pk) in batch.seen.items()})
+    return [
+        IngestResult(e.event_id, "duplicate" if i in duplicates else "applied", log_ids[e.event_id])
+        for i, e in enumerate(events)
+    ]
 
 
 def _digest(event: TransitionIn) -> str:
-    canonical = json.dumps(event.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return hashlib.sha256(event.model_dump_json().encode()).hexdigest()
 
 
-def _ingest_one(store: DjangoStore, event: TransitionIn) -> IngestResult:
-    digest = _digest(event)
-    seen = Event.objects.filter(project=store.project, client_event_id=event.event_id).first()
-    if seen is not None:
-        if seen.digest != digest:
-            raise IngestError(
-                409,
-                "conflict",
-                f"event_id {event.event_id!r} was already used for a different event",
-                "event_id",
-            )
-        return IngestResult(event.event_id, "duplicate", seen.pk)
-    _check_move(store.project, event)
-    try:
-        row = store.apply_change(
-            _change(event), client_event_id=event.event_id, digest=digest, check_lease=False
-        )
-    except LeaseError as err:
-        raise IngestError(409, "stale_event", str(err), "event.seq") from err
-    return IngestResult(event.event_id, "applied", row.pk)
-
-
-def _check_move(project: Project, event: TransitionIn) -> None:
+def _check_move(batch: _Batch, event: TransitionIn) -> None:
     """Refuse what undo_core's state machine forbids, naming the rule."""
     info, saga_in, step_in = event.event, event.saga, event.step
     if info.seq != saga_in.seq:
         raise IngestError(422, "validation_error", "event.seq must equal saga.seq", "event.seq")
-    saga = Saga.objects.filter(project=project, saga_id=saga_in.id).first()
+    saga = batch.sagas.get(saga_in.id)
     if saga is None and not (info.kind is EventKind.SAGA and info.from_state is None):
         raise IngestError(
             422,
@@ -116,14 +252,15 @@ def _check_move(project: Project, event: TransitionIn) -> None:
         if info.kind is EventKind.SAGA:
             _check_saga_move(saga, saga_in.status, info.from_state, info.to_state)
         elif info.kind is EventKind.STEP:
-            _check_step_move(saga, step_in, info.from_state, info.to_state)
+            stored = batch.step(saga, step_in.id) if saga and step_in else None
+            _check_step_move(stored, step_in, info.from_state, info.to_state)
         elif step_in is None and info.kind is EventKind.ATTEMPT:
             raise IngestError(422, "validation_error", "an attempt event needs its step", "step")
     except TransitionError as err:
         raise IngestError(409, "illegal_transition", str(err), "event.to_state") from err
 
 
-def _check_saga_move(saga: Saga | None, status: SagaStatus, frm: str | None, to: str) -> None:
+def _check_saga_move(saga: Any, status: SagaStatus, frm: str | None, to: str) -> None:
     if to != status:
         raise IngestError(
             422, "validation_error", "event.to_state must equal saga.status", "event.to_state"
@@ -146,14 +283,13 @@ def _check_saga_move(saga: Saga | None, status: SagaStatus, frm: str | None, to:
     check_saga_transition(SagaStatus(saga.status), SagaStatus(to), saga_id=saga.saga_id)
 
 
-def _check_step_move(saga: Saga | None, step: Any, frm: str | None, to: str) -> None:
+def _check_step_move(stored: Any, step: Any, frm: str | None, to: str) -> None:
     if step is None:
         raise IngestError(422, "validation_error", "a step event needs its step", "step")
     if to != step.state:
         raise IngestError(
             422, "validation_error", "event.to_state must equal step.state", "event.to_state"
         )
-    stored = Step.objects.filter(saga=saga, step_id=step.id).first() if saga else None
     if frm is None:
         if stored is not None:
             raise IngestError(409, "conflict", f"step {step.id!r} already exists", "step.id")
@@ -206,7 +342,7 @@ def _change(event: TransitionIn) -> SagaChange:
             updated_at=st.updated_at,
             completed_at=st.completed_at,
             compensation_attempts=tuple(
-                CompensationAttempt(
+                AttemptRecord(
                     a.number,
                     a.started_at,
                     a.finished_at,

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ninja import Schema
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from undo_core import EventKind, SagaStatus, StepState
 
@@ -22,7 +22,10 @@ def _no_nul(value: str | None) -> str | None:
     return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
 
 
-class StrictSchema(Schema):
+class StrictSchema(BaseModel):
+    """Input bodies: plain pydantic (ninja's Schema wraps every nested model in a Python
+    validator meant for ORM objects, which made a 100-event batch cost 30 ms to parse)."""
+
     model_config = ConfigDict(extra="forbid")
 
 

@@ -9,6 +9,7 @@ transaction: the saga row (locked), the step row, new attempts, one event.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.db import DatabaseError, transaction
 from django.db.models import Q
@@ -18,6 +19,7 @@ from undo_core import (
     AttemptOutcome,
     LeaseError,
     SagaChange,
+    SagaEvent,
     SagaRecord,
     SagaSnapshot,
     SagaStatus,
@@ -68,88 +70,18 @@ class DjangoStore:
             if saga is None:
                 saga = Saga(project=self.project, saga_id=record.id, driver=self.driver)
             else:
-                self._fence(saga, record, check_lease)
-            self._copy_saga(saga, record)
+                fence(saga, record, check_lease=check_lease)
+            copy_saga(saga, record)
             saga.save()
             if step is not None:
-                self._save_step(saga, step)
-            return Event.objects.create(
-                project=self.project,
-                saga=saga,
-                seq=event.seq,
-                client_event_id=client_event_id or f"{record.id}:{event.seq}",
-                digest=digest,
-                kind=event.kind.value,
-                step_id=event.step_id,
-                tool_name=event.tool_name,
-                from_state=event.from_state,
-                to_state=event.to_state,
-                at=event.at,
-                actor=event.actor,
-                detail=event.detail,
-            )
-
-    @staticmethod
-    def _fence(saga: Saga, record: SagaRecord, check_lease: bool) -> None:
-        if check_lease and saga.lease_owner not in (None, record.lease_owner):
-            raise LeaseError(f"saga {record.id!r} is leased by {saga.lease_owner!r}")
-        if record.seq <= saga.seq:
-            raise LeaseError(
-                f"saga {record.id!r} is at event {saga.seq}; event {record.seq} is stale"
-            )
-
-    @staticmethod
-    def _copy_saga(saga: Saga, r: SagaRecord) -> None:
-        saga.name = r.name
-        saga.status = r.status.value
-        saga.created_at = saga.created_at or r.created_at
-        saga.updated_at = r.updated_at
-        saga.seq = r.seq
-        saga.next_step_number = r.next_step_number
-        saga.options = dict(r.options)
-        saga.state = r.state
-        saga.failed_step = r.failed_step
-        saga.lease_owner = r.lease_owner
-        saga.lease_expires_at = r.lease_expires_at
-
-    @staticmethod
-    def _save_step(saga: Saga, s: StepSnapshot) -> None:
-        row = Step.objects.filter(saga=saga, step_id=s.id).first() or Step(saga=saga, step_id=s.id)
-        row.position = s.position
-        row.tool_name = s.tool_name
-        row.state = s.state.value
-        row.input = s.input
-        row.output = s.output
-        row.error = s.error
-        row.error_type = s.error_type
-        row.traceback = s.traceback
-        row.has_undo = s.has_undo
-        row.requires_approval = s.requires_approval
-        row.reversibility = s.reversibility
-        row.idempotency_key = s.idempotency_key
-        row.created_at = s.created_at
-        row.updated_at = s.updated_at
-        row.completed_at = s.completed_at
-        row.decision_note = s.decision_note
-        row.decided_by = s.decided_by
-        row.metadata = dict(s.metadata)
-        if not row.undo:
-            row.undo = {"kind": "client"} if saga.driver == Saga.Driver.CLIENT else {}
-        row.save()
-        known = set(row.attempts.values_list("number", flat=True)) if row.pk else set()
-        CompensationAttempt.objects.bulk_create(
-            CompensationAttempt(
-                step=row,
-                number=a.number,
-                started_at=a.started_at,
-                finished_at=a.finished_at,
-                outcome=a.outcome.value if a.outcome else None,
-                error=a.error,
-                actor=a.actor,
-            )
-            for a in s.compensation_attempts
-            if a.number not in known
-        )
+                row = Step.objects.filter(saga=saga, step_id=step.id).first() or Step(
+                    saga=saga, step_id=step.id
+                )
+                copy_step(row, step, driver=saga.driver)
+                row.save()
+                known = set(row.attempts.values_list("number", flat=True))
+                CompensationAttempt.objects.bulk_create(new_attempts(row.pk, step, known))
+            return Event.objects.create(**event_fields(saga, event, client_event_id, digest))
 
     # ------------------------------------------------------------ leases
 
@@ -193,6 +125,88 @@ class DjangoStore:
             .order_by("created_at")
             .values_list("saga_id", flat=True)
         )
+
+
+def fence(saga: Saga, record: SagaRecord, *, check_lease: bool) -> None:
+    """Refuse a write from a process that lost the lease, or that carries a stale seq."""
+    if check_lease and saga.lease_owner not in (None, record.lease_owner):
+        raise LeaseError(f"saga {record.id!r} is leased by {saga.lease_owner!r}")
+    if record.seq <= saga.seq:
+        raise LeaseError(f"saga {record.id!r} is at event {saga.seq}; event {record.seq} is stale")
+
+
+def copy_saga(saga: Saga, r: SagaRecord) -> None:
+    saga.name = r.name
+    saga.status = r.status.value
+    saga.created_at = saga.created_at or r.created_at
+    saga.updated_at = r.updated_at
+    saga.seq = r.seq
+    saga.next_step_number = r.next_step_number
+    saga.options = dict(r.options)
+    saga.state = r.state
+    saga.failed_step = r.failed_step
+    saga.lease_owner = r.lease_owner
+    saga.lease_expires_at = r.lease_expires_at
+
+
+def copy_step(row: Step, s: StepSnapshot, *, driver: str) -> None:
+    row.position = s.position
+    row.tool_name = s.tool_name
+    row.state = s.state.value
+    row.input = s.input
+    row.output = s.output
+    row.error = s.error
+    row.error_type = s.error_type
+    row.traceback = s.traceback
+    row.has_undo = s.has_undo
+    row.requires_approval = s.requires_approval
+    row.reversibility = s.reversibility
+    row.idempotency_key = s.idempotency_key
+    row.created_at = s.created_at
+    row.updated_at = s.updated_at
+    row.completed_at = s.completed_at
+    row.decision_note = s.decision_note
+    row.decided_by = s.decided_by
+    row.metadata = dict(s.metadata)
+    if not row.undo:
+        row.undo = {"kind": "client"} if driver == Saga.Driver.CLIENT else {}
+
+
+def new_attempts(step_pk: int, s: StepSnapshot, known: set[int]) -> list[CompensationAttempt]:
+    """The snapshot's attempts not stored yet (attempts are append-only)."""
+    return [
+        CompensationAttempt(
+            step_id=step_pk,
+            number=a.number,
+            started_at=a.started_at,
+            finished_at=a.finished_at,
+            outcome=a.outcome.value if a.outcome else None,
+            error=a.error,
+            actor=a.actor,
+        )
+        for a in s.compensation_attempts
+        if a.number not in known
+    ]
+
+
+def event_fields(
+    saga: Saga, e: SagaEvent, client_event_id: str | None, digest: str
+) -> dict[str, Any]:
+    return {
+        "project_id": saga.project_id,
+        "saga": saga,
+        "seq": e.seq,
+        "client_event_id": client_event_id or f"{saga.saga_id}:{e.seq}",
+        "digest": digest,
+        "kind": e.kind.value,
+        "step_id": e.step_id,
+        "tool_name": e.tool_name,
+        "from_state": e.from_state,
+        "to_state": e.to_state,
+        "at": e.at,
+        "actor": e.actor,
+        "detail": e.detail,
+    }
 
 
 def saga_record(saga: Saga) -> SagaRecord:
