@@ -9,6 +9,7 @@ transition tables before it is stored.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -16,7 +17,7 @@ from typing import Any, Literal
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from sagaboard.bulk import Table
+from sagaboard.bulk import Table, select
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from sagaboard.schemas import TransitionIn
 from sagaboard.storage import copy_saga, copy_step, event_fields, new_attempts
@@ -53,7 +54,7 @@ class IngestResult:
 
 
 _SAGA_COLUMNS = [
-    "name", "status", "created_at", "updated_at", "seq", "next_step_number", "options",
+    "name", "status", "updated_at", "seq", "next_step_number", "options",
     "state", "failed_step", "lease_owner", "lease_expires_at",
 ]  # fmt: skip
 _STEP_COLUMNS = [
@@ -78,34 +79,44 @@ class _Batch:
 
     def __init__(self, project: Project, events: list[TransitionIn]) -> None:
         self.project = project
-        ids = [e.event_id for e in events]
         self.seen = {
-            cid: (digest, pk)
-            for cid, digest, pk in Event.objects.filter(
-                project=project, client_event_id__in=ids
-            ).values_list("client_event_id", "digest", "pk")
-        }
-        saga_ids = {e.saga.id for e in events}
-        # Lock the sagas this batch changes: concurrent batches for one saga serialise here.
-        self.sagas = {
-            row["saga_id"]: SimpleNamespace(**row)
-            for row in Saga.objects.select_for_update()
-            .filter(project=project, saga_id__in=saga_ids)
-            .values("pk", "project_id", "saga_id", "driver", *_SAGA_COLUMNS)
-        }
-        by_pk = {s.pk: s.saga_id for s in self.sagas.values()}
-        step_ids = {e.step.id for e in events if e.step is not None}
-        self.steps = {
-            (by_pk[row["saga_id"]], row["step_id"]): SimpleNamespace(**row)
-            for row in Step.objects.filter(saga_id__in=list(by_pk), step_id__in=step_ids).values(
-                "pk", "saga_id", "step_id", *_STEP_COLUMNS
+            row.client_event_id: (row.digest, row.id)
+            for row in select(
+                Event,
+                ["client_event_id", "digest", "id"],
+                {"project": project.pk, "client_event_id": [e.event_id for e in events]},
             )
         }
+        # Lock the sagas this batch changes: concurrent batches for one saga serialise here.
+        # Only what validation reads is loaded; every written column comes from the events.
+        self.sagas = {
+            row.saga_id: row
+            for row in select(
+                Saga,
+                ["id", "project_id", "saga_id", "driver", "status", "seq"],
+                {"project": project.pk, "saga_id": list({e.saga.id for e in events})},
+                for_update=True,
+            )
+        }
+        for row in self.sagas.values():
+            row.pk, row.created_at = row.id, None
+        by_pk = {s.pk: s.saga_id for s in self.sagas.values()}
+        step_ids = list({e.step.id for e in events if e.step is not None})
+        self.steps = {}
+        for row in select(
+            Step,
+            ["id", "saga_id", "step_id", "state", "undo"],
+            {"saga": list(by_pk), "step_id": step_ids},
+        ):
+            row.pk, row.undo = row.id, json.loads(row.undo) if row.undo else {}
+            self.steps[(by_pk[row.saga_id], row.step_id)] = row
         self.attempts: dict[int, set[int]] = {}
-        for step_pk, number in CompensationAttempt.objects.filter(
-            step_id__in=[s.pk for s in self.steps.values()]
-        ).values_list("step_id", "number"):
-            self.attempts.setdefault(step_pk, set()).add(number)
+        if any(e.step is not None and e.step.attempts for e in events):
+            for step_pk, number in CompensationAttempt.objects.filter(
+                step_id__in=[s.pk for s in self.steps.values()]
+            ).values_list("step_id", "number"):
+                self.attempts.setdefault(step_pk, set()).add(number)
+        self.log_id: int | None = None
         self.dirty_steps: dict[tuple[str, str], StepSnapshot] = {}
         self.events: list[tuple[SimpleNamespace, SagaEvent, str, str]] = []
 
@@ -137,32 +148,32 @@ class _Batch:
         new = [s for s in self.sagas.values() if s.pk is None]
         for s in new:
             s.project_id = self.project.pk
-        Table(Saga, ["project_id", "saga_id", "driver", *_SAGA_COLUMNS]).insert(new)
+        # Update the sagas that existed before inserting new ones (which get keys below).
         Table(Saga, _SAGA_COLUMNS).update(
             s for s in self.sagas.values() if s.pk is not None and getattr(s, "dirty", False)
         )
-        _fill_pks(new, Saga.objects.filter(project=self.project), "saga_id")
+        pk = Table(Saga, ["project_id", "saga_id", "driver", "created_at", *_SAGA_COLUMNS]).insert(
+            new
+        )
+        if pk is not None:
+            new[0].pk = pk
+        else:
+            _fill_pks(new, Saga.objects.filter(project=self.project), "saga_id")
         steps = [self.steps[key] for key in self.dirty_steps]
         for (saga_id, _), row in zip(self.dirty_steps, steps, strict=True):
             row.saga_id = self.sagas[saga_id].pk
         fresh = [row for row in steps if row.pk is None]
         Table(Step, ["saga_id", "step_id", *_STEP_COLUMNS]).insert(fresh)
         Table(Step, _STEP_COLUMNS).update(row for row in steps if row.pk is not None)
-        if fresh:
-            wanted = {(row.saga_id, row.step_id): row for row in fresh}
-            for pk, saga_pk, step_id in Step.objects.filter(
-                saga_id__in={row.saga_id for row in fresh},
-                step_id__in={row.step_id for row in fresh},
-            ).values_list("pk", "saga_id", "step_id"):
-                if (saga_pk, step_id) in wanted:
-                    wanted[(saga_pk, step_id)].pk = pk
+        if fresh and any(snap.compensation_attempts for snap in self.dirty_steps.values()):
+            _fill_step_pks(fresh)  # only attempts need the new steps' keys
         attempts = []
         for key, snapshot in self.dirty_steps.items():
             row = self.steps[key]
             attempts += new_attempts(row.pk, snapshot, self.attempts.get(row.pk, set()))
         Table(CompensationAttempt, _ATTEMPT_COLUMNS).insert(attempts)
         now = timezone.now()
-        Table(Event, _EVENT_COLUMNS).insert(
+        self.log_id = Table(Event, _EVENT_COLUMNS).insert(
             SimpleNamespace(
                 **event_fields(saga, info, client_id, digest), saga_id=saga.pk, recorded_at=now
             )
@@ -171,11 +182,23 @@ class _Batch:
 
     def log_ids(self) -> dict[str, int]:
         ids = [client_id for _, _, client_id, _ in self.events]
+        if self.log_id is not None:  # one event: its key came back with the insert
+            return {ids[0]: self.log_id}
         return dict(
             Event.objects.filter(project=self.project, client_event_id__in=ids).values_list(
                 "client_event_id", "pk"
             )
         )
+
+
+def _fill_step_pks(fresh: list[Any]) -> None:
+    wanted = {(row.saga_id, row.step_id): row for row in fresh}
+    for pk, saga_pk, step_id in Step.objects.filter(
+        saga_id__in={row.saga_id for row in fresh},
+        step_id__in={row.step_id for row in fresh},
+    ).values_list("pk", "saga_id", "step_id"):
+        if (saga_pk, step_id) in wanted:
+            wanted[(saga_pk, step_id)].pk = pk
 
 
 def _fill_pks(rows: list[Any], queryset: Any, key: str) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from ninja import Schema
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from undo_core import EventKind, SagaStatus, StepState
@@ -159,17 +158,23 @@ class SagaActionIn(StrictSchema):
     _clean = field_validator("reason", "actor")(_no_nul)
 
 
-class EventResultOut(Schema):
+class Out(BaseModel):
+    """Responses: plain pydantic too; reads attributes of ORM rows where given them."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class EventResultOut(Out):
     event_id: str
     status: Literal["applied", "duplicate"]
     log_id: int
 
 
-class EventBatchOut(Schema):
+class EventBatchOut(Out):
     results: list[EventResultOut]
 
 
-class ErrorBody(Schema):
+class ErrorBody(Out):
     code: str
     message: str
     field: str | None = None
@@ -177,11 +182,11 @@ class ErrorBody(Schema):
     event_id: str | None = None
 
 
-class ErrorOut(Schema):
+class ErrorOut(Out):
     error: ErrorBody
 
 
-class EventOut(Schema):
+class EventOut(Out):
     log_id: int
     event_id: str
     seq: int
@@ -195,12 +200,12 @@ class EventOut(Schema):
     detail: str | None
 
 
-class EventPageOut(Schema):
+class EventPageOut(Out):
     items: list[EventOut]
     next_after: int | None
 
 
-class AttemptOut(Schema):
+class AttemptOut(Out):
     number: int
     started_at: datetime
     finished_at: datetime | None
@@ -209,7 +214,7 @@ class AttemptOut(Schema):
     actor: str | None
 
 
-class StepOut(Schema):
+class StepOut(Out):
     id: str
     position: int
     tool_name: str
@@ -233,7 +238,7 @@ class StepOut(Schema):
     metadata: dict[str, Any]
 
 
-class SagaSummaryOut(Schema):
+class SagaSummaryOut(Out):
     id: str
     name: str
     project: str
@@ -252,6 +257,6 @@ class SagaOut(SagaSummaryOut):
     steps: list[StepOut]
 
 
-class SagaPageOut(Schema):
+class SagaPageOut(Out):
     items: list[SagaSummaryOut]
     next_cursor: str | None

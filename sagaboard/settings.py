@@ -7,6 +7,7 @@ Environment:
     DATABASE_URL             any dj-database-url URL; defaults to SQLite in var/.
 """
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -83,7 +84,19 @@ if not DATABASE_URL:
 DATABASES = {
     "default": dj_database_url.parse(DATABASE_URL, conn_max_age=0),
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+if (
+    DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+    and _env_bool("SAGABOARD_DB_POOL", "1")
+    and importlib.util.find_spec("psycopg_pool") is not None
+):
+    # A connection pool per process: opening a connection per request (under ASGI each
+    # request runs on a fresh thread) costs more than most requests themselves.
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": 8}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Server-side parameter binding: values are sent apart from the SQL, adapted in C
+    # (client-side binding quotes every value in Python, which dominated bulk ingestion).
+    DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes (web, worker, commands) write one file: WAL lets readers go on
     # while one writes, and IMMEDIATE transactions queue writers on the timeout instead
     # of failing with "database is locked" when a read lock cannot be upgraded.
