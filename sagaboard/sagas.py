@@ -46,7 +46,7 @@ def _tool(name: str, undo_kind: str, reversibility: str = "reversible") -> Tool:
 
 def _tools(saga: Saga) -> dict[str, Tool]:
     return {
-        s.tool_name: _tool(s.tool_name, (s.undo or {}).get("kind", "client"))
+        s.tool_name: _tool(s.tool_name, (s.undo or {}).get("kind", "none"))
         for s in saga.steps.all()
     }
 
@@ -165,7 +165,7 @@ def step_add(
     def act() -> str:
         with _engine(project, saga_id) as saga:
             step_id = saga.add_step(
-                _tool(tool_name, undo.get("kind", "client"), reversibility),
+                _tool(tool_name, undo.get("kind", "none"), reversibility),
                 input,
                 requires_approval=requires_approval or undo.get("kind") == "command",
             )

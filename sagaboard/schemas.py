@@ -108,9 +108,10 @@ class EventBatchIn(StrictSchema):
 
 
 class UndoIn(StrictSchema):
-    """How a step's undo runs. ``client``: the agent runs it; the rest run in sagaboard."""
+    """How a step's undo runs: ``none`` (the default: nothing to undo), ``client`` (the
+    agent undoes it itself), or in sagaboard: ``handler``, ``webhook``, ``command``."""
 
-    kind: Literal["none", "client", "handler", "webhook", "command"] = "client"
+    kind: Literal["none", "client", "handler", "webhook", "command"] = "none"
     handler: str | None = Field(default=None, max_length=200)
     args: dict[str, Any] = Field(default_factory=dict)
     url: str | None = Field(default=None, max_length=2000)
