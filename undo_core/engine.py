@@ -21,7 +21,7 @@ import socket
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from .clock import Clock, SystemClock
 from .effects import Ask, Call, Flow, Sleep
@@ -432,6 +432,24 @@ class SagaCore:
         self._record = record
         self._started = True
 
+    def _step_row(
+        self, tool: Tool, input: Any, step_id: str, state: StepState, now: datetime
+    ) -> StepRow:
+        return StepRow(
+            id=step_id,
+            position=len(self._steps),
+            tool_name=tool.name,
+            tool=tool,
+            input=input,
+            state=state,
+            created_at=now,
+            updated_at=now,
+            has_undo=tool.has_undo,
+            requires_approval=tool.requires_approval,
+            reversibility=tool.reversibility.value,
+            idempotency_key=f"{self.id}:{step_id}",
+        )
+
     def _new_step(
         self,
         tool: Tool,
@@ -452,23 +470,10 @@ class SagaCore:
             raise ValueError(f"saga {self.name!r} already has a step {sid!r}")
         self.start()
         record = self._next_record(next_step_number=number + 1)
-        step = StepRow(
-            id=sid,
-            position=len(self._steps),
-            tool_name=tool.name,
-            tool=tool,
-            input=input,
-            state=StepState.PENDING,
-            created_at=record.updated_at,
-            updated_at=record.updated_at,
-            has_undo=tool.has_undo,
-            requires_approval=tool.requires_approval
-            if requires_approval is None
-            else bool(requires_approval),
-            reversibility=tool.reversibility.value,
-            idempotency_key=f"{self.id}:{sid}",
-            metadata=dict(metadata) if metadata else {},
-        )
+        step = self._step_row(tool, input, sid, StepState.PENDING, record.updated_at)
+        if requires_approval is not None:
+            step.requires_approval = bool(requires_approval)
+        step.metadata = dict(metadata) if metadata else {}
         self._commit(record, step, self._event(record, EventKind.STEP, step.state, None, step))
         self._record = record
         self._steps.append(step)
@@ -538,28 +543,12 @@ class SagaCore:
     ) -> StepRow:
         number = self._record.next_step_number
         self._record = self._record._replace(next_step_number=number + 1)
-        sid = step_id or f"step-{number}"
-        now = self._clock.now()
-        message, kind, trace = describe(error)
-        step = StepRow(
-            id=sid,
-            position=len(self._steps),
-            tool_name=tool.name,
-            tool=tool,
-            input=input,
-            state=StepState.FAILED,
-            created_at=now,
-            updated_at=now,
-            has_undo=tool.has_undo,
-            requires_approval=tool.requires_approval,
-            reversibility=str(tool.reversibility),
-            idempotency_key=f"{self.id}:{sid}",
-            error=message,
-            error_type=kind,
-            traceback=trace,
+        step = self._step_row(
+            tool, input, step_id or f"step-{number}", StepState.FAILED, self._clock.now()
         )
+        step.error, step.error_type, step.traceback = describe(error)
         self._steps.append(step)
-        self._by_id[sid] = step
+        self._by_id[step.id] = step
         return step
 
     def _after_failure(self, step: StepRow, error: BaseException) -> Flow[Any]:
@@ -933,6 +922,24 @@ class SagaCore:
         )
 
     # ------------------------------------------------------------ restore
+
+    @classmethod
+    def restore(
+        cls,
+        store: SagaStore,
+        saga_id: str,
+        tools: Mapping[str, Tool],
+        *,
+        owner: str | None = None,
+        **options: Any,
+    ) -> Self:
+        """Rebuild a saga from its store, to retry or resolve it from another process.
+
+        Takes the saga's lease; see :func:`undo_core.recovery.attach`.
+        """
+        from .recovery import attach
+
+        return attach(cls, store, saga_id, tools, owner=owner, **options)
 
     @classmethod
     def _restored(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
-from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -15,7 +14,6 @@ from .errors import StepTimeoutError
 from .records import StepSnapshot
 from .reports import RollbackReport
 from .states import SagaStatus
-from .storage import SagaStore
 from .tools import Tool
 
 __all__ = ["AsyncSaga", "Saga"]
@@ -117,24 +115,6 @@ class Saga(SagaCore):
         elif self.status in (SagaStatus.IN_PROGRESS, SagaStatus.FAILED):
             self.rollback()
 
-    @classmethod
-    def restore(
-        cls,
-        store: SagaStore,
-        saga_id: str,
-        tools: Mapping[str, Tool],
-        *,
-        owner: str | None = None,
-        **options: Any,
-    ) -> Self:
-        """Rebuild a saga from its store, to retry or resolve it from another process.
-
-        Takes the saga's lease; see :func:`undo_core.recovery.attach`.
-        """
-        from .recovery import attach
-
-        return attach(cls, store, saga_id, tools, owner=owner, **options)
-
 
 class AsyncSaga(SagaCore):
     """A saga for ``async`` code; tools and gate may be plain or async functions."""
@@ -217,18 +197,3 @@ class AsyncSaga(SagaCore):
                 self.complete()
         elif self.status in (SagaStatus.IN_PROGRESS, SagaStatus.FAILED):
             await self.rollback()
-
-    @classmethod
-    def restore(
-        cls,
-        store: SagaStore,
-        saga_id: str,
-        tools: Mapping[str, Tool],
-        *,
-        owner: str | None = None,
-        **options: Any,
-    ) -> Self:
-        """Rebuild a saga from its store (see :meth:`Saga.restore`)."""
-        from .recovery import attach
-
-        return attach(cls, store, saga_id, tools, owner=owner, **options)
