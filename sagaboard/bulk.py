@@ -10,11 +10,13 @@ tables and value conversion still come from the models' fields.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from django.db import connection, models
 
 _ROWS_PER_STATEMENT = 500
+_ZERO = timedelta(0)
 
 
 class Table:
@@ -73,7 +75,19 @@ def _converter(field: Any) -> Callable[[Any], Any] | None:
     """How the field turns a Python value into a database value; None: as it is."""
     if isinstance(field, models.DateTimeField):
         adapt = connection.ops.adapt_datetimefield_value
-        return lambda value: None if value is None else adapt(value)
+        if connection.vendor != "sqlite":
+            return lambda value: None if value is None else adapt(value)
+
+        def sqlite_datetime(value: Any) -> Any:
+            # What Django stores on SQLite: naive UTC as text. A UTC value (all of ours)
+            # takes the short way; anything else goes through Django's own adapter.
+            if value is None:
+                return None
+            if value.utcoffset() == _ZERO:
+                return str(value.replace(tzinfo=None))
+            return adapt(value)
+
+        return sqlite_datetime
     plain = (models.CharField, models.IntegerField, models.BooleanField, models.ForeignKey)
     if isinstance(field, plain) or type(field) is models.TextField:
         return None

@@ -184,11 +184,10 @@ class _Batch:
         ids = [client_id for _, _, client_id, _ in self.events]
         if self.log_id is not None:  # one event: its key came back with the insert
             return {ids[0]: self.log_id}
-        return dict(
-            Event.objects.filter(project=self.project, client_event_id__in=ids).values_list(
-                "client_event_id", "pk"
-            )
+        rows = select(
+            Event, ["client_event_id", "id"], {"project": self.project.pk, "client_event_id": ids}
         )
+        return {row.client_event_id: row.id for row in rows}
 
 
 def _fill_step_pks(fresh: list[Any]) -> None:

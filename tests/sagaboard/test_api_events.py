@@ -300,3 +300,14 @@ def test_the_event_log_reads_back_in_order_with_a_cursor(api: Any) -> None:
     assert [e["seq"] for e in seen] == list(range(1, len(events) + 1))
     assert [e["event_id"] for e in seen] == [e["event_id"] for e in events]
     assert error_of(api.get("/sagas/nope/events"))["code"] == "not_found"
+
+
+def test_times_round_trip_exactly(api: Any) -> None:
+    from datetime import datetime
+
+    events = storebot_events()
+    api.post("/events", {"events": events})
+    step = api.get("/sagas/storebot-1").json()["steps"][0]
+    sent = next(e["step"] for e in reversed(events) if e["step"] and e["step"]["id"] == "step-1")
+    for name in ("created_at", "updated_at", "completed_at"):
+        assert datetime.fromisoformat(step[name]) == datetime.fromisoformat(sent[name]), name
