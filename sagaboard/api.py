@@ -14,6 +14,8 @@ from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.renderers import JSONRenderer
+from ninja.responses import NinjaJSONEncoder
 from ninja.security import HttpBearer
 
 from sagaboard import sagas, selectors
@@ -42,7 +44,21 @@ class TokenAuth(HttpBearer):
         return token_authenticate(token)
 
 
+class _Encoder(NinjaJSONEncoder):
+    """Times with their full microseconds (Django's encoder cuts them to milliseconds)."""
+
+    def default(self, o: Any) -> Any:
+        if isinstance(o, datetime):
+            return o.isoformat()
+        return super().default(o)
+
+
+class _Renderer(JSONRenderer):
+    encoder_class = _Encoder
+
+
 api = NinjaAPI(
+    renderer=_Renderer(),
     title="sagaboard",
     version="1",
     description="Saga events from AI agents; see docs/api.md.",
