@@ -86,7 +86,7 @@ def _error(
 
 @api.exception_handler(IngestError)
 def _ingest_error(request: HttpRequest, exc: IngestError) -> HttpResponse:
-    return _error(
+    response = _error(
         request,
         exc.status,
         exc.code,
@@ -95,6 +95,9 @@ def _ingest_error(request: HttpRequest, exc: IngestError) -> HttpResponse:
         index=exc.index,
         event_id=exc.event_id,
     )
+    if exc.status == 503:
+        response["Retry-After"] = "1"
+    return response
 
 
 @api.exception_handler(ValidationError)

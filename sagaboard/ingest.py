@@ -79,14 +79,6 @@ class _Batch:
 
     def __init__(self, project: Project, events: list[TransitionIn]) -> None:
         self.project = project
-        self.seen = {
-            row.client_event_id: (row.digest, row.id)
-            for row in select(
-                Event,
-                ["client_event_id", "digest", "id"],
-                {"project": project.pk, "client_event_id": [e.event_id for e in events]},
-            )
-        }
         # Lock the sagas this batch changes: concurrent batches for one saga serialise here.
         # Only what validation reads is loaded; every written column comes from the events.
         self.sagas = {
@@ -96,6 +88,15 @@ class _Batch:
                 ["id", "project_id", "saga_id", "driver", "status", "seq"],
                 {"project": project.pk, "saga_id": list({e.saga.id for e in events})},
                 for_update=True,
+            )
+        }
+        # Read after the lock: a concurrent batch on these sagas has committed by now.
+        self.seen = {
+            row.client_event_id: (row.digest, row.id)
+            for row in select(
+                Event,
+                ["client_event_id", "digest", "id"],
+                {"project": project.pk, "client_event_id": [e.event_id for e in events]},
             )
         }
         for row in self.sagas.values():
@@ -236,8 +237,10 @@ def events_ingest(*, project: Project, events: list[TransitionIn]) -> list[Inges
                 raise
         try:
             batch.write()
-        except IntegrityError as err:  # a concurrent request stored the same event first
-            raise IngestError(409, "conflict", f"a concurrent request won: {err}") from err
+        except IntegrityError as err:
+            # A concurrent request created the same saga or event first; nothing of this
+            # one was applied, and a retry will find its events stored (duplicates).
+            raise IngestError(503, "busy", f"a concurrent request won; retry: {err}") from err
         log_ids = batch.log_ids()
     log_ids.update({cid: pk for cid, (_, pk) in batch.seen.items()})
     return [

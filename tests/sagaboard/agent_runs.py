@@ -1,0 +1,40 @@
+"""Agent runs recorded as the SDK would send them, for the API tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from undo_core import MemoryStore, SagaChange, SagaRollbackError, define_tool
+from undo_core import Saga as LocalSaga
+from undo_core.remote import change_to_event
+
+
+class Recorder(MemoryStore):
+    """A MemoryStore that also keeps every change as the SDK would send it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[dict[str, Any]] = []
+
+    def apply(self, change: SagaChange) -> None:
+        super().apply(change)
+        self.sent.append(change_to_event(change))
+
+
+def storebot_events(saga_id: str = "storebot-1") -> list[dict[str, Any]]:
+    """The seed's StoreBot run: return_item, refund_payment, generate_label fails."""
+    store = Recorder()
+    saga = LocalSaga("storebot-return", store=store, saga_id=saga_id)
+    ret = define_tool("return_item", lambda i: {"item": i["itemId"]}, lambda o, i: None)
+    ref = define_tool("refund_payment", lambda i: {"id": "re_1"}, lambda o: None)
+
+    def fedex(i: Any) -> None:
+        raise ConnectionError("FedEx API returned 500")
+
+    saga.execute(ret, {"itemId": "882"})
+    saga.execute(ref, {"chargeId": "ch_123"})
+    with pytest.raises(SagaRollbackError):
+        saga.execute(define_tool("generate_label", fedex), {"orderId": "o-1"})
+    return store.sent
