@@ -30,8 +30,6 @@ from undo_core import (
 )
 from undo_core import Saga as EngineSaga
 
-UndoKind = Literal["none", "client", "handler", "webhook", "command"]
-
 
 def _not_here(*args: Any) -> Any:
     raise RuntimeError("this tool ran in the agent; sagaboard only records it")

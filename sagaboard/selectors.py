@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 
+from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet
 
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
@@ -58,7 +59,9 @@ def saga_list_for_project(
     limit: int = 50,
 ) -> tuple[list[Saga], str | None]:
     """One page, newest first, by keyset on (updated_at, id): no OFFSET, no COUNT."""
-    qs: QuerySet[Saga] = Saga.objects.filter(project=project).select_related("project")
+    # No join on the project (it is the caller's): with one, SQLite's planner leaves the
+    # (project, -updated_at, -id) index and sorts the whole project in a temp B-tree.
+    qs: QuerySet[Saga] = Saga.objects.filter(project=project)
     if statuses:
         qs = qs.filter(status__in=list(statuses))
     if tool:
@@ -71,8 +74,16 @@ def saga_list_for_project(
         qs = qs.filter(updated_at__lt=updated_before)
     if cursor:
         updated, pk = decode_cursor(cursor)
-        qs = qs.filter(Q(updated_at__lt=updated) | Q(updated_at=updated, pk__lt=pk))
+        # A row-value comparison walks the index from the cursor on; the equivalent
+        # OR of two conditions makes the planner scan from the top of the project.
+        table = connection.ops.quote_name(Saga._meta.db_table)
+        qs = qs.extra(
+            where=[f"({table}.updated_at, {table}.id) < (%s, %s)"],
+            params=[connection.ops.adapt_datetimefield_value(updated), pk],
+        )
     rows = list(qs.order_by("-updated_at", "-id")[: limit + 1])
+    for row in rows:
+        row.project = project
     more = len(rows) > limit
     rows = rows[:limit]
     return rows, (encode_cursor(rows[-1]) if more and rows else None)

@@ -280,3 +280,25 @@ def test_times_round_trip_exactly(api: Any) -> None:
     sent = next(e["step"] for e in reversed(events) if e["step"] and e["step"]["id"] == "step-1")
     for name in ("created_at", "updated_at", "completed_at"):
         assert datetime.fromisoformat(step[name]) == datetime.fromisoformat(sent[name]), name
+
+
+def test_a_list_page_costs_the_same_queries_whatever_the_size(
+    api: Any, django_assert_max_num_queries: Any
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def queries_for_a_page() -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            page = api.get("/sagas", limit=2).json()
+            api.get("/sagas", limit=2, cursor=page["next_cursor"])
+        return len(ctx.captured_queries)
+
+    for n in range(3):
+        api.post("/events", {"events": storebot_events(f"small-{n}")})
+    small = queries_for_a_page()
+    for n in range(12):
+        api.post("/events", {"events": storebot_events(f"more-{n}")})
+    assert queries_for_a_page() == small
+    with django_assert_max_num_queries(small):
+        api.get("/sagas", limit=50)

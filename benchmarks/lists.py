@@ -1,0 +1,82 @@
+"""Saga list speed at size: ``python -m benchmarks.lists [--sagas 100000] [--db sqlite|postgres]``.
+
+Fills a throw-away database with N sagas (inserted directly, in bulk), then times
+the API's list selector (``saga_list_for_project``): the first page, a page deep
+in the cursor chain, and a status-filtered page, each with its query count.
+The figures should not grow with N: keyset pagination over an index that
+matches the ORDER BY, no OFFSET, no COUNT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from benchmarks.live import manage, temp_database
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sagas", type=int, default=100_000)
+    parser.add_argument("--db", default="sqlite", choices=["sqlite", "postgres"])
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp, temp_database(args.db, Path(tmp)) as url:
+        manage(url, "migrate", "--no-input", "-v0")
+        os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="sagaboard.settings")
+        os.environ.setdefault("SAGABOARD_DEBUG", "1")
+        import django
+
+        django.setup()
+        run(args.sagas, args.repeat, args.db)
+
+
+def run(count: int, repeat: int, db: str) -> None:
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from sagaboard.bulk import Table
+    from sagaboard.models import Project, Saga
+    from sagaboard.selectors import saga_list_for_project
+
+    project = Project.objects.create(slug="big", name="Big")
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    statuses = ["COMPLETED", "ROLLED_BACK", "ROLLBACK_FAILED", "IN_PROGRESS"]
+    table = Table(Saga, ["project_id", "saga_id", "name", "status", "driver", "created_at",
+                         "updated_at", "seq", "next_step_number", "options"])  # fmt: skip
+    for offset in range(0, count, 10_000):
+        rows = []
+        for n in range(offset, min(count, offset + 10_000)):
+            at = start + timedelta(seconds=n)
+            row = Saga(project_id=project.pk, saga_id=f"s-{n:08d}", name=f"saga {n}",
+                       status=statuses[n % 4], driver="client", created_at=at, updated_at=at,
+                       seq=1, next_step_number=1, options={})  # fmt: skip
+            rows.append(row)
+        with transaction.atomic():
+            table.insert(rows)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+
+    def timed(label: str, **kwargs: object) -> None:
+        samples, queries = [], 0
+        for _ in range(repeat):
+            with CaptureQueriesContext(connection) as ctx:
+                began = time.perf_counter()
+                saga_list_for_project(project=project, limit=50, **kwargs)  # type: ignore[arg-type]
+                samples.append((time.perf_counter() - began) * 1e3)
+            queries = len(ctx.captured_queries)
+        print(f"{db:<9} {count:>9,} {label:<34} {statistics.median(samples):8.2f} ms  {queries} q")
+
+    timed("first page")
+    _, cursor = saga_list_for_project(project=project, limit=count // 2)
+    timed("a page half-way down (cursor)", cursor=cursor)
+    timed("first page, status=ROLLBACK_FAILED", statuses=["ROLLBACK_FAILED"])
+
+
+if __name__ == "__main__":
+    main()
