@@ -43,6 +43,7 @@ $(STAMP): pyproject.toml $(wildcard undo_core/__init__.py) | $(VPY)
 
 run: install
 	$(VPY) manage.py migrate --no-input
+	$(VPY) manage.py sagaboard_demo
 	@echo ""
 	@echo "  sagaboard is starting at http://$(HOST_PORT)/  (Ctrl-C to stop)"
 	@echo ""

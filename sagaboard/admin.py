@@ -1,0 +1,95 @@
+"""Django admin for every model; audit records and the event log are read-only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from sagaboard.models import (
+    ApiRequest,
+    ApiToken,
+    AuditEntry,
+    CompensationAttempt,
+    Event,
+    Project,
+    Saga,
+    Step,
+)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Records of what happened: shown, never edited or deleted here."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ["slug", "name", "created_at"]
+    search_fields = ["slug", "name"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    # Tokens are minted by `manage.py sagaboard_token` (the secret is shown once there).
+    list_display = ["prefix", "label", "project", "created_at", "revoked_at"]
+    list_filter = ["project"]
+    readonly_fields = ["prefix", "secret_hash", "created_at", "created_by", "last_used_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+class StepInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = Step
+    fields = ["step_id", "tool_name", "state", "error", "updated_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+@admin.register(Saga)
+class SagaAdmin(ReadOnlyAdmin):
+    list_display = ["name", "saga_id", "project", "status", "driver", "updated_at"]
+    list_filter = ["status", "driver", "project"]
+    search_fields = ["saga_id", "name"]
+    inlines = [StepInline]
+
+
+@admin.register(Step)
+class StepAdmin(ReadOnlyAdmin):
+    list_display = ["step_id", "tool_name", "state", "saga", "updated_at"]
+    list_filter = ["state"]
+    search_fields = ["tool_name", "saga__saga_id"]
+
+
+@admin.register(CompensationAttempt)
+class CompensationAttemptAdmin(ReadOnlyAdmin):
+    list_display = ["step", "number", "outcome", "started_at", "actor"]
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdmin):
+    list_display = ["id", "saga", "seq", "kind", "step_id", "from_state", "to_state", "at"]
+    list_filter = ["kind", "to_state"]
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ["at", "actor", "action", "target", "reason"]
+    list_filter = ["action"]
+    search_fields = ["actor", "target", "reason"]
+
+
+@admin.register(ApiRequest)
+class ApiRequestAdmin(ReadOnlyAdmin):
+    list_display = ["event_id", "operation", "saga_id", "step_id", "created_at"]

@@ -1,0 +1,146 @@
+"""Demo data: the seed's StoreBot and checkout flows, run through the real engine.
+
+Each saga runs in undo_core with ``DjangoStore``, so what the dashboard shows is
+exactly what the engine records: a clean rollback, a completed checkout, a
+rollback that failed and waits for an operator, an undo an approver rejected,
+and one still running. Saga ids are fixed, so loading twice adds nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from sagaboard.models import Project, Saga
+from sagaboard.storage import DjangoStore
+from undo_core import ApprovalRequest, Decision, FailedCompensation, SagaRollbackError, define_tool
+from undo_core import Saga as EngineSaga
+
+DEMO_PROJECT = "demo"
+
+
+def _ok(result: Any) -> Callable[[Any], Any]:
+    return lambda inp: result
+
+
+def _fails(message: str) -> Callable[..., Any]:
+    def fail(*args: Any) -> Any:
+        raise ConnectionError(message)
+
+    return fail
+
+
+def _noop(*args: Any) -> None:
+    return None
+
+
+RETURN_ITEM = define_tool("return_item", _ok({"item": "882", "status": "returned"}), _noop)
+REFUND = define_tool("refund_payment", _ok({"id": "re_1", "amount": 4000}), _noop)
+REFUND_STUCK = define_tool(
+    "refund_payment", _ok({"id": "re_7", "amount": 12900}), _fails("Stripe API timed out")
+)
+REFUND_GATED = define_tool(
+    "refund_payment", _ok({"id": "re_9", "amount": 25000}), _noop, requires_approval=True
+)
+LABEL_DOWN = define_tool("generate_label", _fails("FedEx API returned 500"))
+RESERVE = define_tool("deduct_inventory", _ok({"sku": "abc", "qty": 1}), _noop)
+CHARGE = define_tool("charge_customer", _ok({"charge": "ch_123", "amount": 2999}), _noop)
+EMAIL = define_tool("send_email", _ok({"sent": True}))
+
+
+class _Approver:
+    """A demo approver who refuses to cancel refunds."""
+
+    def approve_compensation(self, request: ApprovalRequest) -> Decision:
+        return Decision.reject("refund stands: goodwill gesture", actor="demo-approver")
+
+    def compensation_failed(self, request: FailedCompensation) -> Decision:
+        return Decision.leave()
+
+
+def _run(
+    project: Project,
+    saga_id: str,
+    name: str,
+    steps: list[tuple[Any, Any]],
+    *,
+    complete: bool = True,
+    **options: Any,
+) -> None:
+    if Saga.objects.filter(project=project, saga_id=saga_id).exists():
+        return
+    saga = EngineSaga(name, saga_id=saga_id, store=DjangoStore(project), **options)
+    try:
+        for tool, inp in steps:
+            saga.execute(tool, inp)
+    except SagaRollbackError:
+        return
+    if complete:
+        saga.complete()
+    else:
+        saga.release()
+
+
+@transaction.atomic
+def demo_load() -> Project:
+    """Create (once) the demo project and its sagas; returns the project."""
+    project, _ = Project.objects.get_or_create(slug=DEMO_PROJECT, defaults={"name": "Demo shop"})
+    order = {"orderId": "o-1001"}
+    _run(
+        project,
+        "demo-storebot-return",
+        "storebot-return",
+        [(RETURN_ITEM, {"itemId": "882"}), (REFUND, {"chargeId": "ch_882"}), (LABEL_DOWN, order)],
+    )
+    _run(
+        project,
+        "demo-checkout-ok",
+        "checkout-flow",
+        [
+            (RESERVE, {"sku": "abc", "qty": 1}),
+            (CHARGE, {"customerId": "cus_1", "amount": 2999}),
+            (EMAIL, {"to": "ada@example.com"}),
+        ],
+    )
+    _run(
+        project,
+        "demo-refund-stuck",
+        "storebot-return",
+        [
+            (RETURN_ITEM, {"itemId": "913"}),
+            (REFUND_STUCK, {"chargeId": "ch_913"}),
+            (LABEL_DOWN, order),
+        ],
+        on_compensation_failure="halt",
+    )
+    _run(
+        project,
+        "demo-refund-rejected",
+        "storebot-return",
+        [
+            (RETURN_ITEM, {"itemId": "774"}),
+            (REFUND_GATED, {"chargeId": "ch_774"}),
+            (LABEL_DOWN, order),
+        ],
+        gate=_Approver(),
+    )
+    _run(
+        project,
+        "demo-checkout-running",
+        "checkout-flow",
+        [(RESERVE, {"sku": "xyz", "qty": 2})],
+        complete=False,
+    )
+    return project  # fmt: skip
+
+
+def demo_user(username: str = "demo", password: str = "demo") -> tuple[Any, bool]:
+    """The demo login (a superuser, for local use only); returns (user, created)."""
+    User = get_user_model()
+    user = User.objects.filter(username=username).first()
+    if user is not None:
+        return user, False
+    return User.objects.create_superuser(username, f"{username}@example.com", password), True

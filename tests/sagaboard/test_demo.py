@@ -1,0 +1,59 @@
+"""The demo data a new user sees: real engine runs, loaded once."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from sagaboard.models import Saga, Step
+
+pytestmark = pytest.mark.django_db
+
+
+def test_demo_sagas_cover_every_outcome_an_operator_meets(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.DEBUG = True
+    call_command("sagaboard_demo")
+    status = dict(Saga.objects.values_list("saga_id", "status"))
+    assert status == {
+        "demo-storebot-return": "ROLLED_BACK",
+        "demo-checkout-ok": "COMPLETED",
+        "demo-refund-stuck": "ROLLBACK_FAILED",
+        "demo-refund-rejected": "ROLLED_BACK",
+        "demo-checkout-running": "IN_PROGRESS",
+    }
+    stuck = dict(
+        Step.objects.filter(saga__saga_id="demo-refund-stuck").values_list("step_id", "state")
+    )
+    assert stuck == {"step-1": "COMPLETED", "step-2": "ROLLBACK_FAILED", "step-3": "FAILED"}
+    rejected = Step.objects.get(saga__saga_id="demo-refund-rejected", step_id="step-2")
+    assert rejected.state == "REJECTED" and rejected.decided_by == "demo-approver"
+
+
+def test_loading_twice_adds_nothing(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.DEBUG = True
+    call_command("sagaboard_demo")
+    counts = (Saga.objects.count(), Step.objects.count())
+    call_command("sagaboard_demo")
+    assert (Saga.objects.count(), Step.objects.count()) == counts
+
+
+def test_demo_data_is_refused_in_production(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.DEBUG = False
+    with pytest.raises(CommandError, match="DEBUG is off"):
+        call_command("sagaboard_demo")
+    assert Saga.objects.count() == 0
+
+
+def test_the_admin_lists_demo_sagas_and_keeps_records_read_only(settings, client) -> None:  # type: ignore[no-untyped-def]
+    settings.DEBUG = True
+    call_command("sagaboard_demo")
+    assert client.login(username="demo", password="demo")
+    page = client.get("/admin/sagaboard/saga/")
+    assert page.status_code == 200 and b"demo-refund-stuck" in page.content
+    saga = Saga.objects.get(saga_id="demo-refund-stuck")
+    assert client.get(f"/admin/sagaboard/saga/{saga.pk}/change/").status_code == 200
+    assert client.get("/admin/sagaboard/event/add/").status_code == 403
+    assert (
+        client.post(f"/admin/sagaboard/saga/{saga.pk}/delete/", {"post": "yes"}).status_code == 403
+    )
+    assert Saga.objects.filter(pk=saga.pk).exists()
