@@ -10,7 +10,7 @@ HOST_PORT := 127.0.0.1:8000
 # Second test run; override to point at another server.
 SAGABOARD_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/sagaboard
 
-.PHONY: help venv install run lint test test-sqlite test-postgres bench bench-ingest fmt
+.PHONY: help venv install run lint test test-sqlite test-postgres bench bench-ingest vendor fmt
 
 help:
 	@echo "make run            install deps, migrate, serve on http://$(HOST_PORT)/"
@@ -21,6 +21,7 @@ help:
 	@echo "make fmt            ruff format + ruff check --fix"
 	@echo "make bench          python -m benchmarks.engine"
 	@echo "make bench-ingest   python -m benchmarks.ingest (a live server on SQLite and PostgreSQL)"
+	@echo "make vendor         re-vendor htmx + htmx-ext-ws from npm into static/vendor/"
 	@echo "make venv|install   create .venv (Python >= 3.12, see .ci/find-python) / install deps"
 
 venv: $(VPY)
@@ -75,3 +76,7 @@ bench: install
 
 bench-ingest: install
 	$(VPY) -m benchmarks.ingest
+
+# Re-vendor htmx and its ws extension from the npm registry (versions in the script).
+vendor:
+	scripts/vendor-static
