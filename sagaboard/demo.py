@@ -141,6 +141,8 @@ def demo_user(username: str = "demo", password: str = "demo") -> tuple[Any, bool
     """The demo login (a superuser, for local use only); returns (user, created)."""
     User = get_user_model()
     user = User.objects.filter(username=username).first()
-    if user is not None:
-        return user, False
-    return User.objects.create_superuser(username, f"{username}@example.com", password), True
+    created = user is None
+    if user is None:
+        user = User.objects.create_superuser(username, f"{username}@example.com", password)
+    Project.objects.get(slug=DEMO_PROJECT).members.add(user)
+    return user, created

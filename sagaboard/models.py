@@ -42,6 +42,10 @@ class Project(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="sagaboard_projects"
+    )
+    """Who may see the project's sagas in the dashboard (superusers see every project)."""
 
     def __str__(self) -> str:
         return self.slug

@@ -6,6 +6,7 @@ import base64
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet
@@ -59,9 +60,48 @@ def saga_list_for_project(
     limit: int = 50,
 ) -> tuple[list[Saga], str | None]:
     """One page, newest first, by keyset on (updated_at, id): no OFFSET, no COUNT."""
-    # No join on the project (it is the caller's): with one, SQLite's planner leaves the
+    return saga_list(
+        projects=[project],
+        statuses=statuses,
+        tool=tool,
+        q=q,
+        updated_after=updated_after,
+        updated_before=updated_before,
+        cursor=cursor,
+        limit=limit,
+    )
+
+
+def projects_for_user(user: Any) -> list[Project]:
+    """The projects a dashboard user may see: their own, or all for a superuser."""
+    if not user.is_authenticated:
+        return []
+    qs = Project.objects.all() if user.is_superuser else user.sagaboard_projects.all()
+    return list(qs.order_by("slug"))
+
+
+def saga_list(
+    *,
+    projects: Sequence[Project],
+    statuses: Sequence[str] = (),
+    tool: str | None = None,
+    q: str | None = None,
+    updated_after: datetime | None = None,
+    updated_before: datetime | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> tuple[list[Saga], str | None]:
+    """Sagas of ``projects``, newest first, one keyset page; ``BadCursor`` for a forged cursor."""
+    if not projects:
+        return [], None
+    by_pk = {p.pk: p for p in projects}
+    # No join on the project (the caller has it): with one, SQLite's planner leaves the
     # (project, -updated_at, -id) index and sorts the whole project in a temp B-tree.
-    qs: QuerySet[Saga] = Saga.objects.filter(project=project)
+    qs: QuerySet[Saga] = (
+        Saga.objects.filter(project=projects[0])
+        if len(projects) == 1
+        else Saga.objects.filter(project__in=list(by_pk))
+    )
     if statuses:
         qs = qs.filter(status__in=list(statuses))
     if tool:
@@ -82,10 +122,10 @@ def saga_list_for_project(
             params=[connection.ops.adapt_datetimefield_value(updated), pk],
         )
     rows = list(qs.order_by("-updated_at", "-id")[: limit + 1])
-    for row in rows:
-        row.project = project
     more = len(rows) > limit
     rows = rows[:limit]
+    for row in rows:
+        row.project = by_pk[row.project_id]
     return rows, (encode_cursor(rows[-1]) if more and rows else None)
 
 

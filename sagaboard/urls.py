@@ -1,11 +1,15 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from sagaboard import views
 from sagaboard.api import api
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", views.saga_list, name="saga_list"),
+    path("sagas/<slug:project>/<str:saga_id>/", views.saga_detail, name="saga_detail"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
 ]

@@ -1,7 +1,60 @@
-from django.http import HttpRequest, HttpResponse
+"""Dashboard pages: thin views over selectors; every query scoped to the user's projects."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from sagaboard import selectors
+from undo_core import SagaStatus
 
-def home(request: HttpRequest) -> HttpResponse:
-    """Placeholder landing page until the saga dashboard ships."""
-    return render(request, "sagaboard/home.html")
+LIST_LIMIT = 50
+
+
+@login_required
+def saga_list(request: HttpRequest) -> HttpResponse:
+    """Sagas newest first; filter by project, status, tool and name/id; keyset pages."""
+    projects = selectors.projects_for_user(request.user)
+    chosen = request.GET.get("project", "")
+    if chosen:
+        projects = [p for p in projects if p.slug == chosen]
+    statuses = [s for s in request.GET.getlist("status") if s in SagaStatus.__members__]
+    error = ""
+    try:
+        rows, next_cursor = selectors.saga_list(
+            projects=projects,
+            statuses=statuses,
+            tool=request.GET.get("tool") or None,
+            q=request.GET.get("q") or None,
+            cursor=request.GET.get("cursor") or None,
+            limit=LIST_LIMIT,
+        )
+    except selectors.BadCursor:
+        rows, next_cursor, error = [], None, "That page link is not valid any more."
+    query = request.GET.copy()
+    query.pop("cursor", None)
+    return render(
+        request,
+        "sagaboard/saga_list.html",
+        {
+            "sagas": rows,
+            "next_cursor": next_cursor,
+            "projects": selectors.projects_for_user(request.user),
+            "statuses": [s.value for s in SagaStatus],
+            "chosen": {"project": chosen, "statuses": statuses, **request.GET.dict()},
+            "query": query.urlencode(),
+            "error": error,
+        },
+    )
+
+
+@login_required
+def saga_detail(request: HttpRequest, project: str, saga_id: str) -> HttpResponse:
+    """One saga: its steps as a timeline, every attempt, and the event log."""
+    allowed = [p for p in selectors.projects_for_user(request.user) if p.slug == project]
+    saga = selectors.saga_get_for_project(project=allowed[0], saga_id=saga_id) if allowed else None
+    if saga is None:
+        raise Http404("no such saga in your projects")
+    events = selectors.event_list_for_saga(saga=saga, limit=1000)
+    return render(request, "sagaboard/saga_detail.html", {"saga": saga, "events": events})

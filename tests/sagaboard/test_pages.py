@@ -1,0 +1,119 @@
+"""Dashboard pages: who sees what, what a saga page shows, and that agent text stays text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from sagaboard.models import Project, Saga, Step
+from sagaboard.storage import DjangoStore
+from undo_core import Saga as EngineSaga
+from undo_core import SagaRollbackError, define_tool
+
+pytestmark = pytest.mark.django_db
+
+XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+def run_saga(project: Project, saga_id: str, *, hostile: bool = False) -> None:
+    saga = EngineSaga(
+        XSS if hostile else "storebot-return", saga_id=saga_id, store=DjangoStore(project)
+    )
+    saga.execute(define_tool("return_item", lambda i: {"note": XSS}, lambda o, i: None), {"q": XSS})
+
+    def boom(i: Any) -> None:
+        raise ConnectionError(XSS if hostile else "FedEx API returned 500")
+
+    with pytest.raises(SagaRollbackError):
+        saga.execute(define_tool("generate_label", boom), {})
+
+
+@pytest.fixture
+def alice(client: Client) -> tuple[Client, Project]:
+    shop = Project.objects.create(slug="shop", name="Shop")
+    user = get_user_model().objects.create_user("alice", password="pw-alice-123")
+    shop.members.add(user)
+    client.force_login(user)
+    return client, shop
+
+
+def test_anonymous_users_are_sent_to_log_in(client: Client) -> None:
+    for url in ("/", "/sagas/shop/anything/"):
+        response = client.get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/login/")
+
+
+def test_logging_in_and_out(client: Client) -> None:
+    get_user_model().objects.create_user("bob", password="pw-bob-1234")
+    assert client.post("/login/", {"username": "bob", "password": "nope"}).status_code == 200
+    response = client.post("/login/", {"username": "bob", "password": "pw-bob-1234"})
+    assert response.status_code == 302 and response["Location"] == "/"
+    assert client.get("/").status_code == 200
+    client.post("/logout/")
+    assert client.get("/").status_code == 302
+
+
+def test_a_user_sees_only_their_projects_sagas(alice: tuple[Client, Project]) -> None:
+    client, shop = alice
+    other = Project.objects.create(slug="other", name="Other")
+    run_saga(shop, "mine")
+    run_saga(other, "theirs")
+    page = client.get("/").content.decode()
+    assert "mine" in page and "theirs" not in page
+    assert client.get("/sagas/other/theirs/").status_code == 404
+    assert client.get("/?project=other").content.decode().count("saga-") == 0
+    assert client.get("/sagas/shop/mine/").status_code == 200
+
+
+def test_the_saga_page_shows_steps_states_errors_attempts_and_events(
+    alice: tuple[Client, Project],
+) -> None:
+    client, shop = alice
+    run_saga(shop, "s-1")
+    page = client.get("/sagas/shop/s-1/").content.decode()
+    assert "ROLLED_BACK" in page and "FAILED" in page
+    assert "ConnectionError: FedEx API returned 500" in page
+    assert "#1" in page and "succeeded" in page  # the undo attempt of step-1
+    assert "PENDING → COMPLETED" in page  # the event log
+
+
+def test_agent_supplied_text_is_escaped_everywhere(alice: tuple[Client, Project]) -> None:
+    client, shop = alice
+    run_saga(shop, "hostile", hostile=True)
+    for url in ("/", "/sagas/shop/hostile/"):
+        page = client.get(url).content.decode()
+        assert "<script>alert" not in page and "<img src=x" not in page
+        assert "&lt;script&gt;" in page
+
+
+def test_filters_and_pages_keep_a_constant_number_of_queries(
+    alice: tuple[Client, Project],
+) -> None:
+    client, shop = alice
+    for n in range(3):
+        run_saga(shop, f"a-{n}")
+
+    def queries(url: str) -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get(url).status_code == 200
+        return len(ctx.captured_queries)
+
+    small = queries("/")
+    for n in range(8):
+        run_saga(shop, f"b-{n}")
+    assert queries("/") == small
+    assert queries("/?status=ROLLED_BACK&tool=return_item") <= small + 1
+    first = client.get("/?status=ROLLED_BACK").content.decode()
+    assert first.count('id="saga-') == 11
+    assert Saga.objects.count() == 11 and Step.objects.count() == 22
+
+
+def test_a_forged_page_link_shows_a_message_not_an_error(alice: tuple[Client, Project]) -> None:
+    client, _ = alice
+    response = client.get("/?cursor=not-a-cursor")
+    assert response.status_code == 200 and "not valid" in response.content.decode()
