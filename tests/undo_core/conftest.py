@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from undo_core import AsyncSaga, Saga, Tool, define_tool
+from undo_core import AsyncSaga, MemoryStore, Saga, SagaStore, SQLiteStore, Tool, define_tool
 
 
 def _as_async(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -73,3 +74,17 @@ class Kit:
 @pytest.fixture(params=["sync", "async"])
 def kit(request: pytest.FixtureRequest) -> Kit:
     return Kit(request.param)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SagaStore]:
+    """Each store-generic test runs on MemoryStore and SQLiteStore (and, from
+    tests/sagaboard/test_django_store.py, on DjangoStore)."""
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    sqlite_store = SQLiteStore(tmp_path / "sagas.db")
+    try:
+        yield sqlite_store
+    finally:
+        sqlite_store.close()

@@ -26,7 +26,6 @@ import pytest
 from undo_core import (
     AttemptOutcome,
     LeaseError,
-    MemoryStore,
     RecoveryResult,
     Saga,
     SagaEvent,
@@ -81,18 +80,6 @@ def dead_owner() -> str:
 
 
 # ---------------------------------------------------------------- fixtures and helpers
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SagaStore]:
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    sqlite_store = SQLiteStore(tmp_path / "sagas.db")
-    try:
-        yield sqlite_store
-    finally:
-        sqlite_store.close()
 
 
 class Ledger:

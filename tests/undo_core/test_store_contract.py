@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from undo_core import (
     AttemptOutcome,
     ExecuteContext,
     LeaseError,
-    MemoryStore,
     RetryPolicy,
     Saga,
     SagaChange,
@@ -47,18 +45,6 @@ class Crash(BaseException):
 
 
 # ---------------------------------------------------------------- fixtures and helpers
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SagaStore]:
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    sqlite_store = SQLiteStore(tmp_path / "sagas.db")
-    try:
-        yield sqlite_store
-    finally:
-        sqlite_store.close()
 
 
 @pytest.fixture
