@@ -1,9 +1,23 @@
-"""ASGI entry point for sagaboard."""
+"""ASGI entry point: Django for HTTP, the live feed for websockets (logged-in users only)."""
 
 import os
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sagaboard.settings")
+django_asgi_app = get_asgi_application()  # before importing anything that touches models
 
-application = get_asgi_application()
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from sagaboard.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

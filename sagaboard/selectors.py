@@ -132,3 +132,26 @@ def saga_list(
 def event_list_for_saga(*, saga: Saga, after: int = 0, limit: int = 500) -> list[Event]:
     """The saga's event log after the log id ``after``, oldest first (a catch-up cursor)."""
     return list(Event.objects.filter(saga=saga, pk__gt=after).order_by("pk")[:limit])
+
+
+def saga_matches(
+    saga: Saga,
+    *,
+    status: str | None = None,
+    tool: str | None = None,
+    q: str | None = None,
+    project: str | None = None,
+) -> bool:
+    """Whether ``saga`` belongs on a list filtered this way (for live rows)."""
+    if status and saga.status != status:
+        return False
+    if project and saga.project.slug != project:
+        return False
+    if q and not (saga.name.lower().startswith(q.lower()) or saga.saga_id.startswith(q)):
+        return False
+    return not tool or saga.steps.filter(tool_name=tool).exists()
+
+
+def last_event_id() -> int:
+    """The newest event log id: pages render with it so their live feed resumes from it."""
+    return int(Event.objects.order_by("-pk").values_list("pk", flat=True).first() or 0)

@@ -129,6 +129,13 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# Live updates: each web process polls the event log this often and relays new events
+# to its browsers through the channel layer (in-process unless REDIS_URL is set).
+SAGABOARD_LIVE_POLL_SECONDS = float(os.environ.get("SAGABOARD_LIVE_POLL_SECONDS", "0.1"))
+CHANNEL_LAYERS = {
+    "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}
+}
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "saga_list"
 LOGOUT_REDIRECT_URL = "login"

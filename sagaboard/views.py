@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 
 from sagaboard import selectors
@@ -34,6 +34,17 @@ def saga_list(request: HttpRequest) -> HttpResponse:
         rows, next_cursor, error = [], None, "That page link is not valid any more."
     query = request.GET.copy()
     query.pop("cursor", None)
+    last_log_id = selectors.last_event_id()
+    live = None
+    if not request.GET.get("cursor"):  # only the first page changes live
+        params = QueryDict(mutable=True)
+        params.update({"list": "1", "after": str(last_log_id)})
+        for key in ("project", "tool", "q"):
+            if request.GET.get(key):
+                params[key] = request.GET[key]
+        if len(statuses) == 1:
+            params["status"] = statuses[0]
+        live = params.urlencode()
     return render(
         request,
         "sagaboard/saga_list.html",
@@ -45,6 +56,9 @@ def saga_list(request: HttpRequest) -> HttpResponse:
             "chosen": {"project": chosen, "statuses": statuses, **request.GET.dict()},
             "query": query.urlencode(),
             "error": error,
+            "last_log_id": last_log_id,
+            "live_query": live,
+            "limit": LIST_LIMIT,
         },
     )
 
@@ -57,4 +71,5 @@ def saga_detail(request: HttpRequest, project: str, saga_id: str) -> HttpRespons
     if saga is None:
         raise Http404("no such saga in your projects")
     events = selectors.event_list_for_saga(saga=saga, limit=1000)
-    return render(request, "sagaboard/saga_detail.html", {"saga": saga, "events": events})
+    context = {"saga": saga, "events": events, "last_log_id": selectors.last_event_id()}
+    return render(request, "sagaboard/saga_detail.html", context)

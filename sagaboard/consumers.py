@@ -1,0 +1,110 @@
+"""The live feed: rendered saga fragments pushed to a logged-in browser, for its projects only.
+
+The page says what it shows in the websocket URL: ``?saga=<pk>`` for a saga page,
+``?list=1`` (with the list's filters) for the first page of the saga list, and
+``after=<log id>`` for the last event it was rendered with, so a browser that
+reconnects catches up on everything it missed from the event log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
+
+from sagaboard import selectors
+from sagaboard.models import Event, Saga
+from sagaboard.realtime import project_group, relay
+
+
+class SagaFeedConsumer(AsyncWebsocketConsumer):
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)  # anonymous: refused before anything is sent
+            return
+        params = {k: v[-1] for k, v in parse_qs(self.scope["query_string"].decode()).items()}
+        self.view = _View.from_params(params)
+        self.projects = await _project_pks(user)
+        self.last: dict[int, int] = {}
+        for pk in self.projects:
+            await self.channel_layer.group_add(project_group(pk), self.channel_name)
+        await self.accept()
+        after = params.get("after", "")
+        relay(int(after) if after.isdigit() else None)
+        if after.isdigit():
+            await self._catch_up(int(after))
+
+    async def disconnect(self, code: int) -> None:
+        for pk in getattr(self, "projects", []):
+            await self.channel_layer.group_discard(project_group(pk), self.channel_name)
+
+    async def saga_event(self, message: dict[str, Any]) -> None:
+        project, log_id = message["project"], message["log_id"]
+        last = self.last.get(project)
+        if last is not None and log_id <= last:
+            return  # already sent by a catch-up
+        if last is not None and message["prev"] is not None and message["prev"] > last:
+            await self._catch_up(last, project=project)  # a message was dropped: refill
+            return
+        await self._push(project, log_id, message["saga_pk"])
+
+    async def _catch_up(self, after: int, *, project: int | None = None) -> None:
+        for log_id, project_pk, saga_pk in await _missed(self.projects, after, project):
+            await self._push(project_pk, log_id, saga_pk)
+
+    async def _push(self, project: int, log_id: int, saga_pk: int) -> None:
+        self.last[project] = max(log_id, self.last.get(project, 0))
+        html = await _render(self.view, saga_pk, log_id)
+        if html:
+            await self.send(text_data=html)
+
+
+class _View:
+    """What the browser's page shows, so only fragments with a target on it are sent."""
+
+    def __init__(self, saga_pk: int | None, listing: bool, filters: dict[str, str]) -> None:
+        self.saga_pk, self.listing, self.filters = saga_pk, listing, filters
+
+    @classmethod
+    def from_params(cls, params: dict[str, str]) -> _View:
+        saga = params.get("saga", "")
+        filters = {k: params[k] for k in ("status", "tool", "q", "project") if params.get(k)}
+        return cls(int(saga) if saga.isdigit() else None, params.get("list") == "1", filters)
+
+
+@database_sync_to_async
+def _project_pks(user: Any) -> list[int]:
+    return [p.pk for p in selectors.projects_for_user(user)]
+
+
+@database_sync_to_async
+def _missed(projects: list[int], after: int, project: int | None) -> list[tuple[int, int, int]]:
+    wanted = [project] if project is not None else projects
+    return list(
+        Event.objects.filter(project_id__in=wanted, pk__gt=after)
+        .order_by("pk")
+        .values_list("pk", "project_id", "saga_id")[:1000]
+    )
+
+
+@database_sync_to_async
+def _render(view: _View, saga_pk: int, log_id: int) -> str:
+    if view.saga_pk is not None:
+        if view.saga_pk != saga_pk:
+            return ""
+        saga = Saga.objects.select_related("project").get(pk=saga_pk)
+        full = selectors.saga_get_for_project(project=saga.project, saga_id=saga.saga_id)
+        events = selectors.event_list_for_saga(saga=saga, limit=1000)
+        return render_to_string(
+            "sagaboard/_saga_live.html", {"saga": full, "events": events, "last_log_id": log_id}
+        )
+    if not view.listing:
+        return ""
+    saga = Saga.objects.select_related("project").get(pk=saga_pk)
+    if not selectors.saga_matches(saga, **view.filters):
+        return ""
+    return render_to_string("sagaboard/_saga_row_live.html", {"saga": saga, "last_log_id": log_id})

@@ -1,0 +1,131 @@
+"""The live feed over websockets: who may connect, what reaches whom, and catching up."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from sagaboard.asgi import application
+from sagaboard.models import Project, Saga
+from sagaboard.realtime import project_group, stop_all
+from sagaboard.selectors import last_event_id
+from sagaboard.storage import DjangoStore
+from undo_core import Saga as EngineSaga
+from undo_core import define_tool
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+TOOL = define_tool("reserve_stock", lambda i: {"ok": True}, lambda o, i: None)
+
+
+@database_sync_to_async
+def run_saga(project: Project, saga_id: str) -> int:
+    saga = EngineSaga("checkout-flow", saga_id=saga_id, store=DjangoStore(project))
+    saga.execute(TOOL, {"sku": "A-1"})
+    saga.complete()
+    return Saga.objects.get(project=project, saga_id=saga_id).pk
+
+
+@database_sync_to_async
+def setup_users() -> dict[str, Any]:
+    shop = Project.objects.create(slug="shop", name="Shop")
+    other = Project.objects.create(slug="other", name="Other")
+    alice = get_user_model().objects.create_user("alice", password="pw-alice-123")
+    shop.members.add(alice)
+    client = Client()
+    client.force_login(alice)
+    return {"shop": shop, "other": other, "cookie": client.cookies["sessionid"].value}
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[dict[str, Any]]:
+    yield await setup_users()
+    stop_all()
+
+
+def feed(query: str, cookie: str | None) -> WebsocketCommunicator:
+    headers = [(b"origin", b"http://localhost")]
+    if cookie:
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+    return WebsocketCommunicator(application, f"/ws/sagas/?{query}", headers=headers)
+
+
+async def received(comm: WebsocketCommunicator, pattern: str, timeout: float = 5.0) -> str:
+    """Messages until one matches ``pattern`` (bounded by ``timeout`` per message)."""
+    seen = []
+    for _ in range(50):
+        text = await comm.receive_from(timeout=timeout)
+        seen.append(text)
+        if re.search(pattern, text):
+            return text
+    raise AssertionError(f"{pattern!r} never arrived in {seen!r}")
+
+
+async def test_anonymous_connections_are_refused(world: dict[str, Any]) -> None:
+    comm = feed("list=1", cookie=None)
+    connected, code = await comm.connect()
+    assert not connected and code == 4401
+
+
+async def test_a_change_made_elsewhere_reaches_the_list_live(world: dict[str, Any]) -> None:
+    comm = feed(f"list=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"])
+    connected, _ = await comm.connect()
+    assert connected
+    pk = await run_saga(world["shop"], "live-1")
+    html = await received(comm, rf'id="saga-{pk}"')
+    assert 'hx-swap-oob="afterbegin:#saga-rows"' in html and "live-1" in html
+    await comm.disconnect()
+
+
+async def test_other_projects_events_never_arrive(world: dict[str, Any]) -> None:
+    comm = feed(f"list=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"])
+    await comm.connect()
+    await run_saga(world["other"], "not-yours")
+    assert await comm.receive_nothing(timeout=1.0)
+    await comm.disconnect()
+
+
+async def test_a_reconnecting_browser_catches_up_on_what_it_missed(world: dict[str, Any]) -> None:
+    before = await database_sync_to_async(last_event_id)()
+    pk = await run_saga(world["shop"], "while-away")  # no browser connected
+    comm = feed(f"list=1&after={before}", world["cookie"])
+    await comm.connect()
+    html = await received(comm, rf'id="saga-{pk}"')
+    assert "COMPLETED" in html
+    await comm.disconnect()
+
+
+async def test_a_dropped_message_is_refilled_from_the_log(world: dict[str, Any]) -> None:
+    comm = feed(f"list=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"])
+    await comm.connect()
+    first = await run_saga(world["shop"], "first")
+    await received(comm, rf'id="saga-{first}"')
+    # Simulate a lost message: the next one says its predecessor was an id we never saw.
+    second = await run_saga(world["shop"], "second")
+    layer = get_channel_layer()
+    top = await database_sync_to_async(last_event_id)()
+    await layer.group_send(
+        project_group(world["shop"].pk),
+        {"type": "saga.event", "project": world["shop"].pk, "log_id": top + 1000,
+         "prev": top + 999, "saga_pk": second},
+    )  # fmt: skip
+    await received(comm, rf'id="saga-{second}"')
+    await comm.disconnect()
+
+
+async def test_a_saga_page_gets_its_own_saga_only(world: dict[str, Any]) -> None:
+    mine = await run_saga(world["shop"], "watched")
+    after = await database_sync_to_async(last_event_id)()
+    comm = feed(f"saga={mine}&after={after}", world["cookie"])
+    await comm.connect()
+    await run_saga(world["shop"], "someone-else")
+    assert await comm.receive_nothing(timeout=1.0)
+    await comm.disconnect()
