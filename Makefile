@@ -48,7 +48,7 @@ run: install
 	@echo ""
 	@echo "  sagaboard is starting at http://$(HOST_PORT)/  (Ctrl-C to stop)"
 	@echo ""
-	$(VPY) manage.py runserver $(HOST_PORT)
+	$(VPY) -m uvicorn sagaboard.asgi:application --host $(firstword $(subst :, ,$(HOST_PORT))) --port $(lastword $(subst :, ,$(HOST_PORT))) --reload
 
 lint: install
 	$(VPY) -m ruff check .

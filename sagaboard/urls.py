@@ -1,5 +1,7 @@
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import path
 
 from sagaboard import views
@@ -13,3 +15,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
 ]
+
+if settings.DEBUG:  # the embedded default serves its own static files; production: see issue 6
+    urlpatterns += staticfiles_urlpatterns()
