@@ -73,9 +73,12 @@ def prepare(database_url: str, project: str = "shop") -> str:
 class Server:
     """uvicorn serving sagaboard on 127.0.0.1; stop() and start() again on the same port."""
 
-    def __init__(self, database_url: str, *, settings: str = "sagaboard.settings") -> None:
+    def __init__(
+        self, database_url: str, *, settings: str = "sagaboard.settings", debug: bool = False
+    ) -> None:
         self.database_url = database_url
         self.settings = settings
+        self.debug = debug
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -86,7 +89,7 @@ class Server:
             "DATABASE_URL": self.database_url,
             "DJANGO_SETTINGS_MODULE": self.settings,
             # As in production: DEBUG off (no query log, no debug pages).
-            "SAGABOARD_DEBUG": "0",
+            "SAGABOARD_DEBUG": "1" if self.debug else "0",
             "SAGABOARD_SECRET_KEY": os.environ.get("SAGABOARD_SECRET_KEY", "live-test-only"),
             "SAGABOARD_ALLOWED_HOSTS": "127.0.0.1,localhost",
         }
