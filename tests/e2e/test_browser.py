@@ -35,7 +35,6 @@ MAKE_SAGA = (
 def site(tmp_path: Path) -> Iterator[tuple[Server, str]]:
     with temp_database("postgres" if PG else "sqlite", tmp_path) as url:
         manage(url, "migrate", "--no-input", "-v0")
-        os.environ.setdefault("SAGABOARD_DEBUG", "1")
         manage(url, "sagaboard_demo")
         with Server(url, debug=True) as server:
             yield server, url
