@@ -99,6 +99,12 @@ class Saga(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["project", "saga_id"], name="saga_unique_per_project")
         ]
+        permissions = [
+            ("retry_compensation", "Can retry a failed undo"),
+            ("resolve_step", "Can force-resolve a failed undo"),
+            ("decide_approval", "Can approve or reject an undo"),
+            ("manage_policies", "Can edit approval policies"),
+        ]
         indexes = [
             # The dashboard's lists: newest first, optionally by status; keyset pagination
             # orders by (updated_at, id), so the indexes match that ORDER BY exactly.

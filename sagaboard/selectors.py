@@ -73,8 +73,12 @@ def saga_list_for_project(
 
 
 def projects_for_user(user: Any) -> list[Project]:
-    """The projects a dashboard user may see: their own, or all for a superuser."""
-    if not user.is_authenticated:
+    """The projects a dashboard user may see: their own, or all for a superuser.
+
+    Membership says which projects; a role (the ``viewer`` group or above) says
+    whether the user may read sagas at all.
+    """
+    if not user.is_authenticated or not user.has_perm("sagaboard.view_saga"):
         return []
     qs = Project.objects.all() if user.is_superuser else user.sagaboard_projects.all()
     return list(qs.order_by("slug"))

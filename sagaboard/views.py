@@ -32,6 +32,8 @@ def saga_list(request: HttpRequest) -> HttpResponse:
         )
     except selectors.BadCursor:
         rows, next_cursor, error = [], None, "That page link is not valid any more."
+    if not request.user.has_perm("sagaboard.view_saga"):
+        error = "You have no role yet: ask an admin to add you to the viewer group."
     query = request.GET.copy()
     query.pop("cursor", None)
     last_log_id = selectors.last_event_id()

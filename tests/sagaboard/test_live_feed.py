@@ -11,11 +11,13 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
 from sagaboard.asgi import application
 from sagaboard.models import Project, Saga
 from sagaboard.realtime import project_group, stop_all
+from sagaboard.roles import roles_sync
 from sagaboard.selectors import last_event_id
 from sagaboard.storage import DjangoStore
 from undo_core import Saga as EngineSaga
@@ -40,6 +42,8 @@ def setup_users() -> dict[str, Any]:
     other = Project.objects.create(slug="other", name="Other")
     alice = get_user_model().objects.create_user("alice", password="pw-alice-123")
     shop.members.add(alice)
+    roles_sync(Group, Permission)  # transactional tests flush what migrations created
+    alice.groups.add(Group.objects.get(name="viewer"))
     client = Client()
     client.force_login(alice)
     return {"shop": shop, "other": other, "cookie": client.cookies["sessionid"].value}

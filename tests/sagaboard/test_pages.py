@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -44,6 +45,7 @@ def alice(client: Client) -> tuple[Client, Project]:
     shop = Project.objects.create(slug="shop", name="Shop")
     user = get_user_model().objects.create_user("alice", password="pw-alice-123")
     shop.members.add(user)
+    user.groups.add(Group.objects.get(name="viewer"))
     client.force_login(user)
     return client, shop
 
@@ -123,3 +125,28 @@ def test_a_forged_page_link_shows_a_message_not_an_error(alice: tuple[Client, Pr
     client, _ = alice
     response = client.get("/?cursor=not-a-cursor")
     assert response.status_code == 200 and "not valid" in response.content.decode()
+
+
+def test_a_member_without_a_role_sees_nothing_and_is_told_why(client: Client) -> None:
+    shop = Project.objects.create(slug="shop", name="Shop")
+    run_saga(shop, "hidden")
+    user = get_user_model().objects.create_user("carol", password="pw-carol-123")
+    shop.members.add(user)
+    client.force_login(user)
+    page = client.get("/").content.decode()
+    assert rows(page) == 0 and "no role yet" in page
+    assert client.get("/sagas/shop/hidden/").status_code == 404
+    user.groups.add(Group.objects.get(name="viewer"))
+    assert rows(client.get("/").content.decode()) == 1
+
+
+def test_the_roles_carry_the_documented_permissions() -> None:
+    def perms(role: str) -> set[str]:
+        return set(Group.objects.get(name=role).permissions.values_list("codename", flat=True))
+
+    assert "view_saga" in perms("viewer") and "retry_compensation" not in perms("viewer")
+    assert {"retry_compensation", "resolve_step"} <= perms("operator")
+    assert "decide_approval" in perms("approver") and "resolve_step" not in perms("approver")
+    assert "decide_approval" not in perms("operator")
+    assert {"manage_policies", "add_apitoken"} <= perms("admin")
+    assert "manage_policies" not in perms("approver")
