@@ -1,7 +1,7 @@
 """Saga list speed at size: ``python -m benchmarks.lists [--sagas 100000] [--db sqlite|postgres]``.
 
 Fills a throw-away database with N sagas (inserted directly, in bulk), then times
-the API's list selector (``saga_list_for_project``): the first page, a page deep
+the API's list selector (``saga_list``): the first page, a page deep
 in the cursor chain, and a status-filtered page, each with its query count.
 The figures should not grow with N: keyset pagination over an index that
 matches the ORDER BY, no OFFSET, no COUNT.
@@ -42,7 +42,7 @@ def run(count: int, repeat: int, db: str) -> None:
 
     from sagaboard.bulk import Table
     from sagaboard.models import Project, Saga
-    from sagaboard.selectors import saga_list_for_project
+    from sagaboard.selectors import saga_list
 
     project = Project.objects.create(slug="big", name="Big")
     start = datetime(2026, 1, 1, tzinfo=UTC)
@@ -67,13 +67,13 @@ def run(count: int, repeat: int, db: str) -> None:
         for _ in range(repeat):
             with CaptureQueriesContext(connection) as ctx:
                 began = time.perf_counter()
-                saga_list_for_project(project=project, limit=50, **kwargs)  # type: ignore[arg-type]
+                saga_list(projects=[project], limit=50, **kwargs)  # type: ignore[arg-type]
                 samples.append((time.perf_counter() - began) * 1e3)
             queries = len(ctx.captured_queries)
         print(f"{db:<9} {count:>9,} {label:<34} {statistics.median(samples):8.2f} ms  {queries} q")
 
     timed("first page")
-    _, cursor = saga_list_for_project(project=project, limit=count // 2)
+    _, cursor = saga_list(projects=[project], limit=count // 2)
     timed("a page half-way down (cursor)", cursor=cursor)
     timed("first page, status=ROLLBACK_FAILED", statuses=["ROLLBACK_FAILED"])
 

@@ -362,8 +362,8 @@ def list_sagas(
     if not 1 <= limit <= 500:
         return _error(request, 422, "validation_error", "limit must be 1..500", field="limit")
     try:
-        rows, next_cursor = selectors.saga_list_for_project(
-            project=_token(request).project,
+        rows, next_cursor = selectors.saga_list(
+            projects=[_token(request).project],
             statuses=status or (),
             tool=tool,
             q=q,

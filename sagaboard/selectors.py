@@ -48,30 +48,6 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
         raise BadCursor("cursor is not one this server issued") from err
 
 
-def saga_list_for_project(
-    *,
-    project: Project,
-    statuses: Sequence[str] = (),
-    tool: str | None = None,
-    q: str | None = None,
-    updated_after: datetime | None = None,
-    updated_before: datetime | None = None,
-    cursor: str | None = None,
-    limit: int = 50,
-) -> tuple[list[Saga], str | None]:
-    """One page, newest first, by keyset on (updated_at, id): no OFFSET, no COUNT."""
-    return saga_list(
-        projects=[project],
-        statuses=statuses,
-        tool=tool,
-        q=q,
-        updated_after=updated_after,
-        updated_before=updated_before,
-        cursor=cursor,
-        limit=limit,
-    )
-
-
 def projects_for_user(user: Any) -> list[Project]:
     """The projects a dashboard user may see: their own, or all for a superuser.
 

@@ -269,7 +269,7 @@ class SagaboardClient:
 
         ``undo``: a string is a shell command (``{"kind": "command", ...}``, which
         the server always puts behind an approval); a mapping is sent as the
-        ``undo`` object; ``None`` leaves the server's default (the agent undoes).
+        ``undo`` object; ``None`` leaves the server's default (``none``: nothing to undo).
         """
         call = _Calls.add_step(saga_id, tool_name, input, undo, requires_approval, reversibility)
         step: dict[str, Any] = self._send(call)
@@ -419,7 +419,7 @@ class AsyncSagaboardClient:
 
         ``undo``: a string is a shell command (``{"kind": "command", ...}``, which
         the server always puts behind an approval); a mapping is sent as the
-        ``undo`` object; ``None`` leaves the server's default (the agent undoes).
+        ``undo`` object; ``None`` leaves the server's default (``none``: nothing to undo).
         """
         call = _Calls.add_step(saga_id, tool_name, input, undo, requires_approval, reversibility)
         step: dict[str, Any] = await self._send(call)
