@@ -8,6 +8,9 @@ reconnects catches up on everything it missed from the event log.
 
 from __future__ import annotations
 
+import asyncio
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -19,6 +22,8 @@ from sagaboard import selectors
 from sagaboard.models import Event, Saga
 from sagaboard.realtime import project_group, relay
 
+CATCH_UP_PAGE = 1000
+
 
 class SagaFeedConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
@@ -29,14 +34,16 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         params = {k: v[-1] for k, v in parse_qs(self.scope["query_string"].decode()).items()}
         self.view = _View.from_params(params)
         self.projects = await _project_pks(user)
-        self.last: dict[int, int] = {}
         for pk in self.projects:
             await self.channel_layer.group_add(project_group(pk), self.channel_name)
         await self.accept()
         after = params.get("after", "")
-        relay(int(after) if after.isdigit() else None)
-        if after.isdigit():
-            await self._catch_up(int(after))
+        start = int(after) if after.isdigit() else await _newest_id()
+        # Per project, the newest event this browser has: everything after it is either
+        # relayed or refilled from the log, so delivery is complete whatever is dropped.
+        self.last: dict[int, int] = dict.fromkeys(self.projects, start)
+        relay(start)
+        await self._catch_up(start)
 
     async def disconnect(self, code: int) -> None:
         for pk in getattr(self, "projects", []):
@@ -45,20 +52,29 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
     async def saga_event(self, message: dict[str, Any]) -> None:
         project, log_id = message["project"], message["log_id"]
         last = self.last.get(project)
-        if last is not None and log_id <= last:
-            return  # already sent by a catch-up
-        if last is not None and message["prev"] is not None and message["prev"] > last:
-            await self._catch_up(last, project=project)  # a message was dropped: refill
+        if last is None or log_id <= last:
+            return  # not this browser's project, or already sent by a catch-up
+        prev = message["prev"]
+        if prev is None or prev > last:
+            # A message was dropped (prev is past what we have), or a relay has just
+            # (re)started and cannot say what came before: refill from the log.
+            await self._catch_up(last, project=project)
             return
         await self._push(project, log_id, message["saga_pk"])
 
     async def _catch_up(self, after: int, *, project: int | None = None) -> None:
-        for log_id, project_pk, saga_pk in await _missed(self.projects, after, project):
-            await self._push(project_pk, log_id, saga_pk)
+        while True:
+            rows = await _missed(self.projects, after, project)
+            for log_id, project_pk, saga_pk in rows:
+                if log_id > self.last.get(project_pk, 0):
+                    await self._push(project_pk, log_id, saga_pk)
+            if len(rows) < CATCH_UP_PAGE:
+                return
+            after = rows[-1][0]
 
     async def _push(self, project: int, log_id: int, saga_pk: int) -> None:
         self.last[project] = max(log_id, self.last.get(project, 0))
-        html = await _render(self.view, saga_pk, log_id)
+        html = await fragments.get(self.view, saga_pk, log_id)
         if html:
             await self.send(text_data=html)
 
@@ -87,24 +103,68 @@ def _missed(projects: list[int], after: int, project: int | None) -> list[tuple[
     return list(
         Event.objects.filter(project_id__in=wanted, pk__gt=after)
         .order_by("pk")
-        .values_list("pk", "project_id", "saga_id")[:1000]
+        .values_list("pk", "project_id", "saga_id")[:CATCH_UP_PAGE]
     )
 
 
 @database_sync_to_async
-def _render(view: _View, saga_pk: int, log_id: int) -> str:
-    if view.saga_pk is not None:
-        if view.saga_pk != saga_pk:
-            return ""
-        saga = Saga.objects.select_related("project").get(pk=saga_pk)
-        full = selectors.saga_get_for_project(project=saga.project, saga_id=saga.saga_id)
-        events = selectors.event_list_for_saga(saga=saga, limit=1000)
-        return render_to_string(
-            "sagaboard/_saga_live.html", {"saga": full, "events": events, "last_log_id": log_id}
-        )
-    if not view.listing:
-        return ""
+def _newest_id() -> int:
+    return selectors.last_event_id()
+
+
+@database_sync_to_async
+def _render_detail(saga_pk: int, log_id: int) -> str:
     saga = Saga.objects.select_related("project").get(pk=saga_pk)
-    if not selectors.saga_matches(saga, **view.filters):
-        return ""
-    return render_to_string("sagaboard/_saga_row_live.html", {"saga": saga, "last_log_id": log_id})
+    full = selectors.saga_get_for_project(project=saga.project, saga_id=saga.saga_id)
+    events = selectors.event_list_for_saga(saga=saga, limit=1000)
+    return render_to_string(
+        "sagaboard/_saga_live.html", {"saga": full, "events": events, "last_log_id": log_id}
+    )
+
+
+@database_sync_to_async
+def _render_row(saga_pk: int, log_id: int) -> tuple[Saga, frozenset[str], str]:
+    saga = Saga.objects.select_related("project").get(pk=saga_pk)
+    tools = frozenset(saga.steps.values_list("tool_name", flat=True))
+    html = render_to_string("sagaboard/_saga_row_live.html", {"saga": saga, "last_log_id": log_id})
+    return saga, tools, html
+
+
+class _Fragments:
+    """Each fragment rendered once per process, however many browsers show it.
+
+    With 200 browsers on one list, an event costs one query and one render, not
+    200: the first consumer to ask renders, the others await the same task.
+    Fragments hold no per-user content (scoping happens before: a consumer only
+    hears its projects' events), so sharing them leaks nothing.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self.tasks: OrderedDict[tuple[str, int, int], asyncio.Task[Any]] = OrderedDict()
+
+    def _once(self, key: tuple[str, int, int], make: Callable[[], Awaitable[Any]]) -> Any:
+        task = self.tasks.get(key)
+        if task is None or task.get_loop() is not asyncio.get_running_loop():
+            task = self.tasks[key] = asyncio.ensure_future(make())
+            while len(self.tasks) > self.size:
+                self.tasks.popitem(last=False)
+        return task
+
+    async def get(self, view: _View, saga_pk: int, log_id: int) -> str:
+        if view.saga_pk is not None:
+            if view.saga_pk != saga_pk:
+                return ""
+            html: str = await self._once(
+                ("detail", saga_pk, log_id), lambda: _render_detail(saga_pk, log_id)
+            )
+            return html
+        if not view.listing:
+            return ""
+        saga, tools, row = await self._once(
+            ("row", saga_pk, log_id), lambda: _render_row(saga_pk, log_id)
+        )
+        return row if selectors.saga_matches(saga, tools, **view.filters) else ""
+
+
+fragments = _Fragments()

@@ -1,22 +1,33 @@
-"""Live updates: the event log is the outbox; each web process relays it to its browsers.
+"""Live updates: the event log is the outbox; a relay reads it and fans events out to browsers.
 
 An ``Event`` row is committed in the same transaction as the change it
 describes, so a change that was rolled back is never shown, and any process
-that writes (an API request, a worker, a management command) is seen by every
-web process without a broker: each one polls the log for ids above the last
-it relayed and sends them to the group of the event's project. Messages carry
-ids only; consumers render for their own user. Each message also carries the
-id of the previous event of that project, so a consumer that missed one (the
+that writes (an API request, a worker, a management command) is seen without
+a broker: the relay polls the log for ids above the last it relayed and sends
+them to the group of the event's project. Messages carry ids only; consumers
+render for their own user. Each message also carries the id of the previous
+event of that project it relayed, so a consumer that missed one (the
 in-memory channel layer drops messages when a buffer fills) notices the gap
 and catches up from the log.
+
+Where the relay runs:
+
+- Embedded default (no ``REDIS_URL``): each web process relays for its own
+  browsers, through the in-process channel layer.
+- Production (``REDIS_URL``): one web process at a time holds a lease in Redis
+  and publishes through channels_redis to every web process; the others stand
+  by and take over when the lease lapses (the cursor is kept in Redis too).
+  One poller for the whole cluster, whatever the number of web processes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+import uuid
 import weakref
-from typing import Any
+from typing import Protocol
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -48,11 +59,82 @@ def _events_after(log_id: int) -> list[tuple[int, int, int]]:
     )
 
 
+class Leadership(Protocol):
+    """Who may relay: every process (embedded) or the lease holder (Redis)."""
+
+    async def hold(self) -> bool: ...
+    async def cursor(self) -> int | None: ...
+    async def save_cursor(self, log_id: int) -> None: ...
+
+
+class AlwaysLead:
+    """One web process, in-process channel layer: this relay serves its own browsers."""
+
+    async def hold(self) -> bool:
+        return True
+
+    async def cursor(self) -> int | None:
+        return None
+
+    async def save_cursor(self, log_id: int) -> None:
+        return None
+
+
+# Take the lease if it is free or already ours, and extend it; atomically.
+_TAKE_OR_RENEW = """
+local holder = redis.call('GET', KEYS[1])
+if holder == false or holder == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+class RedisLease:
+    """A lease in Redis: the holder relays for the cluster, renewed at a third of its life."""
+
+    KEY = "sagaboard:relay:leader"
+    CURSOR = "sagaboard:relay:cursor"
+
+    def __init__(self, url: str, ttl_seconds: float = 3.0) -> None:
+        import redis.asyncio as aioredis
+
+        self.redis = aioredis.from_url(url)
+        self.token = uuid.uuid4().hex
+        self.ttl = ttl_seconds
+        self.renewed = 0.0
+        self.leading = False
+
+    async def hold(self) -> bool:
+        now = time.monotonic()
+        if self.leading and now - self.renewed < self.ttl / 3:
+            return True
+        won = await self.redis.eval(  # type: ignore[misc]
+            _TAKE_OR_RENEW, 1, self.KEY, self.token, int(self.ttl * 1000)
+        )
+        self.leading = bool(won)
+        if self.leading:
+            self.renewed = now
+        return self.leading
+
+    async def cursor(self) -> int | None:
+        raw = await self.redis.get(self.CURSOR)
+        return int(raw) if raw is not None else None
+
+    async def save_cursor(self, log_id: int) -> None:
+        # Kept an hour: a cluster down longer than that starts from the log's end (pages
+        # rendered since then carry their own cursor and catch up themselves).
+        await self.redis.set(self.CURSOR, log_id, ex=3600)
+
+
 class Relay:
     """Polls the event log and fans new events out to project groups (one per event loop)."""
 
-    def __init__(self, poll_seconds: float) -> None:
+    def __init__(self, poll_seconds: float, leadership: Leadership) -> None:
         self.poll_seconds = poll_seconds
+        self.leadership = leadership
+        self.start_after: int | None = None
         self.last_id: int | None = None
         self.last_per_project: dict[int, int] = {}
         self.task: asyncio.Task[None] | None = None
@@ -62,48 +144,71 @@ class Relay:
             self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
-        layer = get_channel_layer()
-        assert layer is not None, "CHANNEL_LAYERS is not configured"
-        if self.last_id is None:
-            self.last_id = await _last_event_id()
         while True:
             try:
-                rows = await _events_after(self.last_id)
-            except Exception:  # the database blinked: keep the relay alive and retry
-                log.exception("event relay could not read the log")
-                rows = []
-            for log_id, project_pk, saga_pk in rows:
-                await layer.group_send(
-                    project_group(project_pk),
-                    {
-                        "type": "saga.event",
-                        "project": project_pk,
-                        "log_id": log_id,
-                        "prev": self.last_per_project.get(project_pk),
-                        "saga_pk": saga_pk,
-                    },
-                )
-                self.last_per_project[project_pk] = log_id
-                self.last_id = log_id
-            if len(rows) < BATCH:
-                await asyncio.sleep(self.poll_seconds)
+                await self._step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the database or Redis blinked: keep the relay alive, retry
+                log.exception("event relay could not read the log or reach the channel layer")
+                self.last_id = None  # re-read the shared cursor: another relay may have led
+                await asyncio.sleep(1.0)
+
+    async def _step(self) -> None:
+        if not await self.leadership.hold():
+            self.last_id, self.last_per_project = None, {}
+            await asyncio.sleep(1.0)  # standing by: try for the lease again soon
+            return
+        if self.last_id is None:
+            shared = await self.leadership.cursor()
+            if shared is not None:
+                self.last_id = shared
+            elif self.start_after is not None:
+                self.last_id = self.start_after
+            else:
+                self.last_id = await _last_event_id()
+        rows = await _events_after(self.last_id)
+        layer = get_channel_layer()
+        assert layer is not None, "CHANNEL_LAYERS is not configured"
+        for log_id, project_pk, saga_pk in rows:
+            await layer.group_send(
+                project_group(project_pk),
+                {
+                    "type": "saga.event",
+                    "project": project_pk,
+                    "log_id": log_id,
+                    "prev": self.last_per_project.get(project_pk),
+                    "saga_pk": saga_pk,
+                },
+            )
+            self.last_per_project[project_pk] = log_id
+            self.last_id = log_id
+        if rows:
+            await self.leadership.save_cursor(self.last_id)
+        if len(rows) < BATCH:
+            await asyncio.sleep(self.poll_seconds)
 
 
 _relays: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Relay] = weakref.WeakKeyDictionary()
+
+
+def _leadership() -> Leadership:
+    url = getattr(settings, "REDIS_URL", "")
+    return RedisLease(url) if url else AlwaysLead()
 
 
 def relay(start_after: int | None = None) -> Relay:
     """This event loop's relay, started on first use.
 
     The first browser's ``after`` (the newest event its page was rendered with)
-    is where a new relay starts, so nothing committed between that render and
-    the relay's first poll is skipped.
+    is where a new relay starts when no shared cursor exists, so nothing
+    committed between that render and the relay's first poll is skipped.
     """
     loop = asyncio.get_running_loop()
     found = _relays.get(loop)
     if found is None:
-        found = _relays[loop] = Relay(settings.SAGABOARD_LIVE_POLL_SECONDS)
-        found.last_id = start_after
+        found = _relays[loop] = Relay(settings.SAGABOARD_LIVE_POLL_SECONDS, _leadership())
+        found.start_after = start_after
     found.ensure_running()
     return found
 
@@ -114,6 +219,3 @@ def stop_all() -> None:
         if r.task is not None:
             r.task.cancel()
     _relays.clear()
-
-
-__all__: list[Any] = ["Relay", "project_group", "relay", "stop_all"]

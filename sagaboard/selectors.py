@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -116,20 +116,24 @@ def event_list_for_saga(*, saga: Saga, after: int = 0, limit: int = 500) -> list
 
 def saga_matches(
     saga: Saga,
+    tool_names: Collection[str],
     *,
     status: str | None = None,
     tool: str | None = None,
     q: str | None = None,
     project: str | None = None,
 ) -> bool:
-    """Whether ``saga`` belongs on a list filtered this way (for live rows)."""
+    """Whether ``saga`` (whose steps use ``tool_names``) belongs on a list filtered this way.
+
+    Pure, so one rendered live row serves every browser's filters without a query each.
+    """
     if status and saga.status != status:
         return False
     if project and saga.project.slug != project:
         return False
     if q and not (saga.name.lower().startswith(q.lower()) or saga.saga_id.startswith(q)):
         return False
-    return not tool or saga.steps.filter(tool_name=tool).exists()
+    return not tool or tool in tool_names
 
 
 def last_event_id() -> int:

@@ -5,6 +5,10 @@ Environment:
     SAGABOARD_SECRET_KEY     required when DEBUG is off; a dev default is used otherwise.
     SAGABOARD_ALLOWED_HOSTS  comma-separated; defaults to localhost names when DEBUG is on.
     DATABASE_URL             any dj-database-url URL; defaults to SQLite in var/.
+    REDIS_URL                unset (default): the in-process channel layer, for one web
+                             process. Set (redis://host:6379/0): channels_redis, so several
+                             web processes share live updates (one of them relays the log).
+    SAGABOARD_LIVE_POLL_SECONDS  how often the relay reads the event log (default 0.025).
 """
 
 import importlib.util
@@ -130,11 +134,24 @@ USE_I18N = True
 USE_TZ = True
 
 # Live updates: each web process polls the event log this often and relays new events
-# to its browsers through the channel layer (in-process unless REDIS_URL is set).
-SAGABOARD_LIVE_POLL_SECONDS = float(os.environ.get("SAGABOARD_LIVE_POLL_SECONDS", "0.1"))
-CHANNEL_LAYERS = {
-    "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}
-}
+# to its browsers through the channel layer. With REDIS_URL, one web process at a time
+# holds the relay lease and publishes through Redis to every web process.
+SAGABOARD_LIVE_POLL_SECONDS = float(os.environ.get("SAGABOARD_LIVE_POLL_SECONDS", "0.025"))
+REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "sagaboard"},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": 1000},
+        }
+    }
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "saga_list"
