@@ -4,11 +4,14 @@ from django.contrib.auth import views as auth_views
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import path
 
-from sagaboard import views
+from sagaboard import token_pages, views
 from sagaboard.api import api
 
 urlpatterns = [
     path("", views.saga_list, name="saga_list"),
+    path("overview/", views.overview, name="overview"),
+    path("tokens/", token_pages.token_list, name="token_list"),
+    path("tokens/<str:prefix>/revoke/", token_pages.token_revoke, name="token_revoke"),
     path("sagas/<slug:project>/<str:saga_id>/", views.saga_detail, name="saga_detail"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

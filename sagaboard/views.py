@@ -2,24 +2,55 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
 
+from sagaboard import overview as stats
 from sagaboard import selectors
+from sagaboard.charts import stacked_bars
 from undo_core import SagaStatus
 
 LIST_LIMIT = 50
+SINCE = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
+SINCE_CHOICES = [
+    ("", "any time"), ("1h", "last hour"), ("24h", "last 24 hours"), ("7d", "last 7 days"),
+]  # fmt: skip
 
 
 @login_required
+@require_GET
+def overview(request: HttpRequest) -> HttpResponse:
+    """Is anything wrong right now? Counts, what waits for a person, failures, throughput."""
+    projects = selectors.projects_for_user(request.user)
+    context = {
+        "counts": stats.status_counts(projects),
+        "attention": stats.steps_needing_attention(projects),
+        "failures": stats.recent_failures(projects),
+        "charts": [
+            (label, stacked_bars(stats.throughput(projects, window)))
+            for label, window in (("Last hour", "hour"), ("Last 24 hours", "day"))
+        ],
+        "cap": stats.COUNT_CAP,
+        "no_role": not request.user.has_perm("sagaboard.view_saga"),
+    }
+    return render(request, "sagaboard/overview.html", context)
+
+
+@login_required
+@require_GET
 def saga_list(request: HttpRequest) -> HttpResponse:
-    """Sagas newest first; filter by project, status, tool and name/id; keyset pages."""
+    """Sagas newest first; filter by project, status, tool, name/id and time; keyset pages."""
     projects = selectors.projects_for_user(request.user)
     chosen = request.GET.get("project", "")
     if chosen:
         projects = [p for p in projects if p.slug == chosen]
     statuses = [s for s in request.GET.getlist("status") if s in SagaStatus.__members__]
+    since = SINCE.get(request.GET.get("since", ""))
     error = ""
     try:
         rows, next_cursor = selectors.saga_list(
@@ -27,6 +58,7 @@ def saga_list(request: HttpRequest) -> HttpResponse:
             statuses=statuses,
             tool=request.GET.get("tool") or None,
             q=request.GET.get("q") or None,
+            updated_after=timezone.now() - since if since else None,
             cursor=request.GET.get("cursor") or None,
             limit=LIST_LIMIT,
         )
@@ -55,6 +87,12 @@ def saga_list(request: HttpRequest) -> HttpResponse:
             "next_cursor": next_cursor,
             "projects": selectors.projects_for_user(request.user),
             "statuses": [s.value for s in SagaStatus],
+            "since_choices": [
+                ("", "any time"),
+                ("1h", "last hour"),
+                ("24h", "last 24 hours"),
+                ("7d", "last 7 days"),
+            ],
             "chosen": {"project": chosen, "statuses": statuses, **request.GET.dict()},
             "query": query.urlencode(),
             "error": error,
@@ -66,6 +104,7 @@ def saga_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@require_GET
 def saga_detail(request: HttpRequest, project: str, saga_id: str) -> HttpResponse:
     """One saga: its steps as a timeline, every attempt, and the event log."""
     allowed = [p for p in selectors.projects_for_user(request.user) if p.slug == project]

@@ -1,0 +1,125 @@
+"""Reads for the overview page: counts, what needs a human, recent failures, throughput.
+
+Everything here must stay cheap at a million sagas: counts are capped (an
+index walk stops at ``COUNT_CAP`` rows, the page shows "10,000+"), lists are
+index-ordered ``LIMIT`` queries, and the throughput chart, which must scan a
+day of rows, is cached for a minute per set of projects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.core.cache import cache
+from django.db.models import Count
+from django.db.models.functions import TruncHour, TruncMinute
+from django.utils import timezone
+
+from sagaboard.models import Project, Saga, Step
+from undo_core import SagaStatus, StepState
+
+COUNT_CAP = 10_000
+THROUGHPUT_CACHE_SECONDS = 60
+ATTENTION_STEP_STATES = [StepState.ROLLBACK_FAILED, StepState.AWAITING_APPROVAL, StepState.IN_DOUBT]
+FAILED_SAGA_STATUSES = [SagaStatus.ROLLBACK_FAILED, SagaStatus.ROLLED_BACK, SagaStatus.FAILED]
+
+
+@dataclass(frozen=True)
+class StatusCount:
+    status: str
+    count: int
+    capped: bool
+    """True when there are at least ``count`` (the walk stopped at the cap)."""
+
+
+def status_counts(projects: Sequence[Project], *, cap: int = COUNT_CAP) -> list[StatusCount]:
+    """Sagas per status, each count capped: one short index walk per status, never a scan."""
+    ids = [p.pk for p in projects]
+    counts = []
+    for status in SagaStatus:
+        n = Saga.objects.filter(project_id__in=ids, status=status).values("pk")[: cap + 1].count()
+        counts.append(StatusCount(status.value, min(n, cap), n > cap))
+    return counts
+
+
+def steps_needing_attention(projects: Sequence[Project], *, limit: int = 20) -> list[Step]:
+    """Undos that wait for a person: failed, awaiting approval, or in doubt; oldest first."""
+    return list(
+        Step.objects.filter(state__in=ATTENTION_STEP_STATES, saga__project__in=projects)
+        .select_related("saga__project")
+        .order_by("updated_at", "pk")[:limit]
+    )
+
+
+def recent_failures(projects: Sequence[Project], *, limit: int = 10) -> list[Saga]:
+    """The newest sagas that did not complete (rolled back, rollback failed, failed)."""
+    return list(
+        Saga.objects.filter(project__in=projects, status__in=FAILED_SAGA_STATUSES)
+        .select_related("project")
+        .order_by("-updated_at", "-id")[:limit]
+    )
+
+
+@dataclass(frozen=True)
+class Bucket:
+    start: datetime
+    by_status: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_status.values())
+
+
+WINDOWS = {
+    "hour": (timedelta(hours=1), timedelta(minutes=5)),
+    "day": (timedelta(days=1), timedelta(hours=1)),
+}
+
+
+def throughput(
+    projects: Sequence[Project], window: str, *, now: datetime | None = None
+) -> list[Bucket]:
+    """Sagas that came to rest per bucket (5 min over the last hour, 1 h over the day), by status.
+
+    Cached for a minute: the chart scans the window's rows, and a chart that is
+    a minute old still answers "is something wrong right now?".
+    """
+    ids = sorted(p.pk for p in projects)
+    key = f"sagaboard:throughput:{window}:{','.join(map(str, ids))}"
+    found: list[Bucket] | None = cache.get(key)
+    if found is None:
+        found = _throughput(ids, window, now or timezone.now())
+        cache.set(key, found, THROUGHPUT_CACHE_SECONDS)
+    return found
+
+
+def _throughput(project_ids: list[int], window: str, now: datetime) -> list[Bucket]:
+    span, step = WINDOWS[window]
+    end = _floor(now, step) + step
+    start = end - span
+    trunc = TruncMinute("updated_at") if step < timedelta(hours=1) else TruncHour("updated_at")
+    rows = (
+        Saga.objects.filter(project_id__in=project_ids, updated_at__gte=start, status__in=_RESTING)
+        .annotate(t=trunc)
+        .values("t", "status")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    buckets = [Bucket(start + i * step, {}) for i in range(int(span / step))]
+    for row in rows:
+        index = int((row["t"] - start) / step)
+        if 0 <= index < len(buckets):
+            counts = buckets[index].by_status
+            counts[row["status"]] = counts.get(row["status"], 0) + row["n"]
+    return buckets
+
+
+_RESTING = [SagaStatus.COMPLETED, *FAILED_SAGA_STATUSES]
+
+
+def _floor(moment: datetime, step: timedelta) -> datetime:
+    seconds = int(step.total_seconds())
+    epoch = int(moment.timestamp())
+    return datetime.fromtimestamp(epoch - epoch % seconds, tz=moment.tzinfo)
