@@ -85,6 +85,7 @@ class StepRowOutcome:
     FAILED = "failed"
     LEFT = "left"
     DONE = "done"
+    WAITING = "waiting"
 
 
 def default_owner() -> str:
@@ -592,6 +593,12 @@ class SagaCore:
         halt = self.on_compensation_failure == "halt"
         for step in reversed(self._steps):
             result = yield from self._compensate(step, actor)
+            if result == StepRowOutcome.WAITING:
+                # Paused for a decision, in either mode: undoing older steps first would
+                # break LIFO order. Stays COMPENSATING; resume_rollback() goes on.
+                if raise_store_errors:
+                    self._raise_pending_store_error()
+                return self.report()
             if halt and result in (StepRowOutcome.FAILED, StepRowOutcome.LEFT):
                 break
         self._settle(actor)
@@ -643,7 +650,11 @@ class SagaCore:
             if outcome.error is not None:
                 log.warning("approval gate failed for %s/%s: %r", self.id, step.id, outcome.error)
                 return StepRowOutcome.LEFT
-            decision = self._decision(outcome.value, DecisionAction.APPROVE, DecisionAction.REJECT)
+            decision = self._decision(
+                outcome.value, DecisionAction.APPROVE, DecisionAction.REJECT, DecisionAction.WAIT
+            )
+            if decision.action is DecisionAction.WAIT:
+                return StepRowOutcome.WAITING
             if decision.action is DecisionAction.REJECT:
                 self._step_to(
                     step,

@@ -2,7 +2,10 @@
 
 A gate answers two questions, each with a :class:`Decision`:
 
-* ``approve_compensation(request)``: may this undo run? ``APPROVE`` or ``REJECT``.
+* ``approve_compensation(request)``: may this undo run? ``APPROVE`` or ``REJECT``,
+  or ``WAIT``: nobody has decided yet, so the rollback stops before this undo
+  (older steps must not be undone before newer ones) and the saga stays
+  COMPENSATING until ``resume_rollback()`` asks again.
 * ``compensation_failed(request)``: under ``on_compensation_failure="halt"``,
   an undo failed; ``RETRY`` it, ``RESOLVE`` it (handled by hand) or ``LEAVE``
   it for a human and stop the cascade.
@@ -39,6 +42,7 @@ class DecisionAction(StrEnum):
     RETRY = "retry"
     RESOLVE = "resolve"
     LEAVE = "leave"
+    WAIT = "wait"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,11 @@ class Decision:
         if not note or not note.strip():
             raise ValueError("resolving by hand needs a note saying what was done")
         return cls(DecisionAction.RESOLVE, note, actor)
+
+    @classmethod
+    def wait(cls, *, reason: str | None = None) -> Decision:
+        """No decision yet: pause the rollback here (the saga stays COMPENSATING)."""
+        return cls(DecisionAction.WAIT, reason, None)
 
     @classmethod
     def leave(cls, *, actor: str | None = None, reason: str | None = None) -> Decision:

@@ -409,6 +409,25 @@ def test_an_approved_undo_runs_and_records_the_approver(kit: Any) -> None:
     assert step.compensation_attempts[0].actor == "ann"
 
 
+def test_an_undecided_approval_pauses_the_rollback_in_order_until_resumed(kit: Any) -> None:
+    calls: list[str] = []
+    gate = ScriptedGate(approvals=[Decision.wait(reason="queued for an approver")])
+    saga = kit.saga(gate=gate)  # "continue" mode: a wait still stops the cascade
+    run_storebot(kit, saga, storebot(kit, calls, requires_approval=True))
+    assert saga.status is SagaStatus.COMPENSATING
+    assert states(saga) == ["COMPLETED", "AWAITING_APPROVAL", "FAILED"]
+    assert not any(c.startswith("undo:") for c in calls)  # return_item waits its turn
+
+    gate._approvals.append(Decision.approve(actor="ann"))
+    kit.run(saga.resume_rollback())
+    assert saga.status is SagaStatus.ROLLED_BACK
+    assert [c for c in calls if c.startswith("undo:")] == [
+        "undo:refund_payment:re_1",
+        "undo:return_item:882",
+    ]
+    assert saga.steps[1].decided_by == "ann"
+
+
 def test_the_saga_policy_decides_which_undos_need_approval(kit: Any) -> None:
     gate = ScriptedGate()
     saga = kit.saga(gate=gate, approval_policy=lambda step: step.tool_name == "refund_payment")
