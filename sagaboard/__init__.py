@@ -1,1 +1,3 @@
-"""sagaboard: the Django project and app that shows, approves and undoes agent sagas."""
+from sagaboard.celery import app as celery_app
+
+__all__ = ["celery_app"]

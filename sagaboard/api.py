@@ -160,7 +160,8 @@ def post_events(request: HttpRequest, payload: EventBatchIn) -> dict[str, Any]:
     limit = settings.SAGABOARD_API_MAX_BATCH
     if len(payload.events) > limit:
         raise IngestError(422, "validation_error", f"at most {limit} events per batch", "events")
-    results = events_ingest(project=_token(request).project, events=payload.events)
+    token = _token(request)
+    results = events_ingest(project=token.project, events=payload.events, token_pk=token.pk)
     return {"results": [r.__dict__ for r in results]}
 
 
@@ -267,6 +268,7 @@ def begin_saga(request: HttpRequest, payload: SagaBeginIn) -> Any:
     """Begin a saga that sagaboard drives (the seed's ``saga_begin``)."""
     saga_id = sagas.saga_begin(
         project=_token(request).project,
+        token_pk=_token(request).pk,
         event_id=payload.event_id,
         name=payload.name,
         saga_id=payload.id,

@@ -118,6 +118,7 @@ class _Batch:
             ).values_list("step_id", "number"):
                 self.attempts.setdefault(step_pk, set()).add(number)
         self.log_id: int | None = None
+        self.token_pk: int | None = None
         self.dirty_steps: dict[tuple[str, str], StepSnapshot] = {}
         self.events: list[tuple[SimpleNamespace, SagaEvent, str, str]] = []
 
@@ -148,14 +149,15 @@ class _Batch:
     def write(self) -> None:
         new = [s for s in self.sagas.values() if s.pk is None]
         for s in new:
-            s.project_id = self.project.pk
+            s.project_id, s.posted_by_token_id = self.project.pk, self.token_pk
         # Update the sagas that existed before inserting new ones (which get keys below).
         Table(Saga, _SAGA_COLUMNS).update(
             s for s in self.sagas.values() if s.pk is not None and getattr(s, "dirty", False)
         )
-        pk = Table(Saga, ["project_id", "saga_id", "driver", "created_at", *_SAGA_COLUMNS]).insert(
-            new
-        )
+        pk = Table(
+            Saga,
+            ["project_id", "saga_id", "driver", "created_at", "posted_by_token_id", *_SAGA_COLUMNS],
+        ).insert(new)
         if pk is not None:
             new[0].pk = pk
         else:
@@ -209,10 +211,17 @@ def _fill_pks(rows: list[Any], queryset: Any, key: str) -> None:
             wanted[value].pk = pk
 
 
-def events_ingest(*, project: Project, events: list[TransitionIn]) -> list[IngestResult]:
-    """Apply a batch of transition events atomically, in order."""
+def events_ingest(
+    *, project: Project, events: list[TransitionIn], token_pk: int | None = None
+) -> list[IngestResult]:
+    """Apply a batch of transition events atomically, in order.
+
+    ``token_pk`` (the posting token) is kept on sagas this batch creates: neither that
+    token nor the person who made it may approve their undos.
+    """
     with transaction.atomic():
         batch = _Batch(project, events)
+        batch.token_pk = token_pk
         digests: dict[str, str] = {}
         duplicates: set[int] = set()
         for index, event in enumerate(events):

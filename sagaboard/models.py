@@ -94,6 +94,10 @@ class Saga(models.Model):
     failed_step = models.CharField(max_length=100, null=True, blank=True)
     lease_owner = models.CharField(max_length=200, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    posted_by_token = models.ForeignKey(
+        "ApiToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    """The token that posted the saga: neither it nor the person who made it may approve."""
 
     class Meta:
         constraints = [
@@ -142,6 +146,16 @@ class Step(models.Model):
     decision_note = models.TextField(null=True, blank=True)
     decided_by = models.CharField(max_length=200, null=True, blank=True)
     metadata = JSONTextField(default=dict)
+    left_at = models.DateTimeField(null=True, blank=True)
+    """Set when an operator chose to leave a failed undo as it is (off the attention list)."""
+    left_by = models.CharField(max_length=200, null=True, blank=True)
+    left_reason = models.TextField(null=True, blank=True)
+    pending_action = JSONTextField(null=True, blank=True)
+    """An operator's retry or resolve not yet carried out: {"action", "by", "reason", "at"}.
+
+    Set by a conditional update (so a double click is refused), consumed by the
+    worker for server-run sagas or by the agent's SDK for sagas it runs itself.
+    """
 
     class Meta:
         constraints = [
@@ -183,7 +197,8 @@ class Event(models.Model):
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="events")
     saga = models.ForeignKey(Saga, on_delete=models.CASCADE, related_name="events")
-    seq = models.BigIntegerField()
+    seq = models.BigIntegerField(null=True, blank=True)
+    """The engine's per-saga sequence; NULL for an operator's event (a decision, an action)."""
     client_event_id = models.CharField(max_length=200)
     digest = models.CharField(max_length=64)
     kind = models.CharField(max_length=20)
@@ -246,3 +261,121 @@ class ApiRequest(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["project", "event_id"], name="api_request_unique")
         ]
+
+
+class ApprovalPolicy(models.Model):
+    """An admin's rule for which undos need a person, how many people, and for how long.
+
+    Matched on the tool name (a glob) and an optional condition on the step's
+    input or output (``input.amount > 100``, see ``sagaboard.conditions``).
+    Editing a policy bumps ``version``; approvals keep the version they were
+    created under, so a change applies only to approvals created after it.
+    """
+
+    class OnExpiry(models.TextChoices):
+        WAIT = "wait", "escalate and keep waiting"
+        REJECT = "reject", "escalate and reject the undo"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="policies")
+    name = models.CharField(max_length=100)
+    tool_glob = models.CharField(max_length=200, default="*")
+    condition = models.CharField(max_length=300, blank=True, default="")
+    approvers_required = models.PositiveSmallIntegerField(default=1)
+    timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
+    on_expiry = models.CharField(max_length=10, choices=OnExpiry.choices, default=OnExpiry.WAIT)
+    enabled = models.BooleanField(default=True)
+    version = models.PositiveIntegerField(default=1)
+    updated_by = models.CharField(max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name_plural = "approval policies"
+        ordering = ["project", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} (v{self.version})"
+
+
+class Approval(models.Model):
+    """One undo waiting for (or past) a decision, bound to a hash of exactly what will run."""
+
+    class Status(models.TextChoices):
+        PENDING = "PENDING"
+        APPROVED = "APPROVED"
+        REJECTED = "REJECTED"
+        EXPIRED = "EXPIRED"
+        """Rejected by its policy's timeout (``on_expiry="reject"``)."""
+        VOID = "VOID"
+        """What would run changed after the approval was asked for: a new one is needed."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="approvals")
+    saga = models.ForeignKey(Saga, on_delete=models.CASCADE, related_name="approvals")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="approvals")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    required = models.PositiveSmallIntegerField(default=1)
+    why = models.TextField()
+    policy = models.ForeignKey(
+        ApprovalPolicy, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    policy_snapshot = JSONTextField(default=dict)
+    """The policy as it was when this approval was created (name, version, rule)."""
+    plan = JSONTextField(default=dict)
+    """Exactly what will run: handler and arguments, webhook URL and body, or the command."""
+    plan_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["step"],
+                condition=models.Q(status="PENDING"),
+                name="approval_one_pending_per_step",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["project", "status", "created_at"], name="approval_queue"),
+            models.Index(fields=["status", "expires_at"], name="approval_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"approval {self.pk} ({self.status}) for {self.step_id}"
+
+
+class ApprovalVote(models.Model):
+    """One person's approve or reject, with the reason they were required to give."""
+
+    class Decision(models.TextChoices):
+        APPROVE = "approve"
+        REJECT = "reject"
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="votes")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    decision = models.CharField(max_length=10, choices=Decision.choices)
+    reason = models.TextField()
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["approval", "user"], name="vote_once_per_person")
+        ]
+        ordering = ["at"]
+
+
+class Notification(models.Model):
+    """An outgoing webhook (an outbox row): sent by a worker, signed, retried until delivered."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="notifications")
+    kind = models.CharField(max_length=40)
+    payload = JSONTextField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["delivered_at", "next_attempt_at"], name="notify_due")]

@@ -10,12 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 ROLES: dict[str, list[str]] = {
-    "viewer": ["view_saga", "view_step", "view_event", "view_compensationattempt"],
+    "viewer": [
+        "view_saga", "view_step", "view_event", "view_compensationattempt",
+        "view_approval", "view_approvalvote", "view_approvalpolicy",
+    ],
     "operator": ["retry_compensation", "resolve_step"],
     "approver": ["decide_approval"],
     "admin": [
         "manage_policies", "add_project", "change_project", "view_project",
         "add_apitoken", "change_apitoken", "view_apitoken", "view_auditentry",
+        "add_approvalpolicy", "change_approvalpolicy",
     ],
 }  # fmt: skip
 INCLUDES: dict[str, list[str]] = {

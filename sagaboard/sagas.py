@@ -121,6 +121,7 @@ def saga_begin(
     saga_id: str | None = None,
     on_compensation_failure: Literal["continue", "halt"] = "halt",
     actor: str | None = None,
+    token_pk: int | None = None,
 ) -> str:
     """Create a server-driven saga (IN_PROGRESS, no steps); returns its id."""
     sid = saga_id or str(uuid.uuid4())
@@ -139,6 +140,7 @@ def saga_begin(
         )
         saga.start()
         saga.release()
+        Saga.objects.filter(project=project, saga_id=sid).update(posted_by_token_id=token_pk)
 
     return _once(project, event_id, "saga.begin", payload, sid, act)[0]
 
@@ -209,12 +211,15 @@ def saga_rollback_request(
     """Ask for a rollback: the saga becomes COMPENSATING; workers run the undos.
 
     Steps never marked completed are failed first, as the engine does for any
-    rollback. Compensations themselves run outside the request (Celery, in a
-    later release), each under its own approval rules.
+    rollback. Compensations themselves run in a worker (``sagaboard.runner``),
+    each under its own approval rules, once this transaction has committed.
     """
+    from sagaboard import tasks
 
     def act() -> None:
         with _engine(project, saga_id) as saga:
             saga.begin_rollback(actor=actor)
+        pk = Saga.objects.values_list("pk", flat=True).get(project=project, saga_id=saga_id)
+        transaction.on_commit(lambda: tasks.rollback_continue.delay(pk))
 
     _once(project, event_id, "saga.rollback", {"reason": reason}, saga_id, act)

@@ -161,3 +161,33 @@ LOGOUT_REDIRECT_URL = "login"
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
+
+# Undos sagaboard runs itself (sagaboard/undo_kinds.py) and the workers that run them.
+SAGABOARD_COMPENSATION_MODULES = _env_list(
+    "SAGABOARD_COMPENSATION_MODULES", "sagaboard.demo_compensations"
+)
+SAGABOARD_WEBHOOK_SECRET = os.environ.get("SAGABOARD_WEBHOOK_SECRET", "") or SECRET_KEY
+SAGABOARD_ALLOW_COMMAND_UNDOS = _env_bool("SAGABOARD_ALLOW_COMMAND_UNDOS", "0")
+SAGABOARD_UNDO_TIMEOUT_SECONDS = float(os.environ.get("SAGABOARD_UNDO_TIMEOUT_SECONDS", "30"))
+# Outgoing notifications (Slack-compatible JSON, HMAC-signed): approvals created or expired,
+# undos that ended ROLLBACK_FAILED. Links in them start with SAGABOARD_BASE_URL.
+SAGABOARD_NOTIFY_URL = os.environ.get("SAGABOARD_NOTIFY_URL", "").strip()
+SAGABOARD_BASE_URL = os.environ.get("SAGABOARD_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+
+# Celery: Redis (or any broker URL) in production; with neither, a broker on the local
+# filesystem under var/, so the embedded default needs no server. Tasks are acknowledged
+# after they finish: a worker killed mid-undo has its task delivered again.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "").strip() or REDIS_URL or "filesystem://"
+if CELERY_BROKER_URL == "filesystem://":
+    _queue_dir = VAR_DIR / "celery-queue"
+    _queue_dir.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir),
+        "data_folder_out": str(_queue_dir),
+    }
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ALWAYS_EAGER = _env_bool("SAGABOARD_TASKS_EAGER", "0")
+CELERY_TASK_EAGER_PROPAGATES = True
+SAGABOARD_WORKER_LEASE_SECONDS = float(os.environ.get("SAGABOARD_WORKER_LEASE_SECONDS", "60"))

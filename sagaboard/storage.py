@@ -114,7 +114,7 @@ class DjangoStore:
     def events(self, saga_id: str) -> list[dict[str, object]]:
         """The saga's event log, in order (for inspection and tests)."""
         return list(
-            Event.objects.filter(project=self.project, saga__saga_id=saga_id)
+            Event.objects.filter(project=self.project, saga__saga_id=saga_id, seq__isnull=False)
             .order_by("seq")
             .values("seq", "kind", "step_id", "from_state", "to_state", "at", "actor", "detail")
         )

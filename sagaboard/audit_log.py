@@ -1,0 +1,63 @@
+"""Operator actions on the record: an audit entry, and an event on the saga's timeline.
+
+The event row is what makes an action live (the relay reads the event log) and
+puts it in the saga's history beside the engine's own events; it has no engine
+sequence number (``seq`` is NULL), so it never disturbs the engine's order.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.utils import timezone
+
+from sagaboard.models import AuditEntry, Event, Saga, Step
+
+
+def actor_of(user: Any) -> str:
+    """How a person is named in records: ``user:<username>``."""
+    return f"user:{user.get_username()}" if user is not None and user.pk else "system"
+
+
+def record(
+    *,
+    user: Any,
+    action: str,
+    saga: Saga,
+    step: Step | None = None,
+    reason: str = "",
+    from_state: str | None = None,
+    to_state: str,
+    data: dict[str, Any] | None = None,
+    actor: str | None = None,
+) -> AuditEntry:
+    """Write the audit entry and the timeline event, in the caller's transaction."""
+    who = actor or actor_of(user)
+    now = timezone.now()
+    target = f"saga:{saga.saga_id}" + (f"/{step.step_id}" if step is not None else "")
+    Event.objects.create(
+        project_id=saga.project_id,
+        saga=saga,
+        seq=None,
+        client_event_id=f"op:{uuid.uuid4().hex}",
+        digest="",
+        kind=action,
+        step_id=step.step_id if step is not None else None,
+        tool_name=step.tool_name if step is not None else None,
+        from_state=from_state,
+        to_state=to_state,
+        at=now,
+        actor=who,
+        detail=reason or None,
+    )
+    return AuditEntry.objects.create(
+        project_id=saga.project_id,
+        user=user if user is not None and user.pk else None,
+        actor=who,
+        action=action,
+        target=target,
+        reason=reason,
+        data=data or {},
+        at=now,
+    )

@@ -1,0 +1,204 @@
+"""Compensations of the sagas sagaboard runs, carried out by a worker with undo_core's engine.
+
+The worker restores the saga from ``DjangoStore`` under a lease (one worker
+per saga at a time; a dead worker's lease is taken over), gives the engine
+tools whose undo runs the step's server-side kind, and a gate whose answers
+come from the approval table. Every transition, attempt and decision goes
+through the engine's own state machine, so the rules are the ones the agent's
+in-process sagas follow. An undo gets the step's idempotency key: an attempt
+interrupted by a crash is run again with the same key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.conf import settings
+
+from sagaboard import approvals, audit_log, notifications, undo_kinds
+from sagaboard.models import Approval, Saga, Step
+from sagaboard.storage import DjangoStore
+from undo_core import (
+    ApprovalRequest,
+    Decision,
+    FailedCompensation,
+    LeaseError,
+    SagaStatus,
+    StepState,
+    Tool,
+    UndoContext,
+    define_tool,
+)
+from undo_core import Saga as EngineSaga
+from undo_core.engine import default_owner
+
+
+class Busy(Exception):
+    """Another live process holds the saga; try again in ``retry_in`` seconds."""
+
+    def __init__(self, message: str, retry_in: float = 5.0) -> None:
+        super().__init__(message)
+        self.retry_in = retry_in
+
+
+def _forward_not_here(*args: Any) -> Any:
+    raise RuntimeError("a saga's forward steps do not run in sagaboard's workers")
+
+
+class ServerGate:
+    """undo_core's gate for sagas sagaboard runs: decisions come from people, via the DB."""
+
+    def __init__(self, saga: Saga) -> None:
+        self.saga = saga
+
+    def approve_compensation(self, request: ApprovalRequest) -> Decision:
+        step = Step.objects.get(saga=self.saga, step_id=request.step.id)
+        why = approvals.approval_reason(self.saga.project, step) or request.why
+        approval = approvals.approval_open(self.saga, step, why)
+        voters = ", ".join(
+            audit_log.actor_of(v.user) for v in approval.votes.select_related("user")
+        )
+        if approval.status == Approval.Status.APPROVED:
+            return Decision.approve(actor=voters or None, reason=approval.decided_reason)
+        if approval.status in (Approval.Status.REJECTED, Approval.Status.EXPIRED):
+            return Decision.reject(
+                approval.decided_reason or approval.status.lower(), actor=voters or "system"
+            )
+        return Decision.wait(reason="waiting for an approver")
+
+    def compensation_failed(self, request: FailedCompensation) -> Decision:
+        step = Step.objects.get(saga=self.saga, step_id=request.step.id)
+        notifications.notify_rollback_failed(self.saga, step)
+        return Decision.leave(reason="left for an operator: retry, resolve or leave it failed")
+
+
+def _tools(saga: Saga, outputs: dict[str, str]) -> dict[str, Tool]:
+    steps = {s.step_id: s for s in saga.steps.all()}
+
+    def undo(output: Any, input: Any, ctx: UndoContext) -> None:
+        outputs[ctx.step_id] = undo_kinds.run(saga, steps[ctx.step_id], ctx)
+
+    tools: dict[str, Tool] = {}
+    for step in steps.values():
+        runs_here = (step.undo or {}).get("kind") in ("handler", "webhook", "command")
+        if step.tool_name not in tools or runs_here:
+            tools[step.tool_name] = define_tool(
+                step.tool_name, _forward_not_here, undo if runs_here else None
+            )
+    return tools
+
+
+@contextmanager
+def attached(saga: Saga) -> Iterator[EngineSaga]:
+    """The saga in the engine, held under this worker's lease until the block ends."""
+    outputs: dict[str, str] = {}
+    project = saga.project
+
+    def needs_approval(snapshot: Any) -> bool:
+        step = Step.objects.get(saga=saga, step_id=snapshot.id)
+        return approvals.approval_reason(project, step) is not None
+
+    try:
+        engine = EngineSaga.restore(
+            DjangoStore(project),
+            saga.saga_id,
+            _tools(saga, outputs),
+            owner=f"worker:{default_owner()}",
+            lease_seconds=settings.SAGABOARD_WORKER_LEASE_SECONDS,
+            gate=ServerGate(saga),
+            approval_policy=needs_approval,
+        )
+    except LeaseError as err:
+        raise Busy(str(err)) from err
+    try:
+        yield engine
+    finally:
+        engine.release()
+        for step_id, text in outputs.items():
+            if text:
+                step = Step.objects.get(saga=saga, step_id=step_id)
+                audit_log.record(
+                    user=None, actor="worker", action="undo.output", saga=saga, step=step,
+                    reason=text[:10_000], to_state=step.state,
+                )  # fmt: skip
+
+
+def rollback_continue(saga_pk: int) -> str:
+    """Run (or go on with) a server-run saga's rollback as far as decisions allow."""
+    saga = Saga.objects.select_related("project").get(pk=saga_pk)
+    if saga.driver != Saga.Driver.SERVER:
+        return "run by its agent"
+    if saga.status not in (SagaStatus.COMPENSATING, SagaStatus.ROLLBACK_FAILED):
+        return f"nothing to do: {saga.status}"
+    with attached(saga) as engine:
+        engine.resume_rollback()
+        return str(engine.status)
+
+
+def step_action_run(step_pk: int) -> str:
+    """Carry out an operator's pending retry or resolve, then go on with the rollback."""
+    step = Step.objects.select_related("saga__project").get(pk=step_pk)
+    request = step.pending_action
+    if not request:
+        return "nothing pending"
+    saga, by = step.saga, request.get("by")
+    try:
+        with attached(saga) as engine:
+            state = engine.step(step.step_id).state
+            if state is StepState.COMPENSATING:
+                engine.resume_rollback(actor=by)  # redelivered after a crash: finish that attempt
+            elif request["action"] == "retry" and state in (
+                StepState.ROLLBACK_FAILED,
+                StepState.IN_DOUBT,
+            ):
+                engine.retry_compensation(step.step_id, actor=by)
+            elif request["action"] == "resolve" and state in (
+                StepState.ROLLBACK_FAILED,
+                StepState.IN_DOUBT,
+            ):
+                engine.resolve(step.step_id, request["reason"], actor=by)
+            settled = engine.step(step.step_id).state in (StepState.ROLLED_BACK, StepState.RESOLVED)
+            if settled and engine.status in (SagaStatus.ROLLBACK_FAILED, SagaStatus.COMPENSATING):
+                engine.resume_rollback(actor=by)  # the rest of a halted rollback goes on
+            outcome = str(engine.step(step.step_id).state)
+    finally:
+        Step.objects.filter(pk=step.pk).update(pending_action=None)
+    return outcome
+
+
+def orphaned_work(*, stale_seconds: float = 30.0) -> list[tuple[str, int]]:
+    """Work whose task was lost (a worker killed with its queue): ("saga"|"step", pk).
+
+    A server-run saga left COMPENSATING with no live lease and no approval
+    pending, and an operator's request still pending after ``stale_seconds``
+    on a saga nobody holds. Picking one up twice is harmless: the lease lets
+    one worker in, and the state says whether anything is left to do.
+    """
+    from datetime import timedelta
+
+    from django.db.models import Q
+    from django.utils import timezone
+
+    now = timezone.now()
+    free = Q(saga__lease_owner__isnull=True) | Q(saga__lease_expires_at__lt=now)
+    cutoff = now - timedelta(seconds=stale_seconds)
+    sagas = (
+        Saga.objects.filter(
+            driver=Saga.Driver.SERVER, status=SagaStatus.COMPENSATING, updated_at__lt=cutoff
+        )
+        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
+        .exclude(approvals__status=Approval.Status.PENDING)
+        .values_list("pk", flat=True)[:100]
+    )
+    steps = [
+        (pk, request)
+        for pk, request in Step.objects.filter(
+            free, pending_action__isnull=False, saga__driver=Saga.Driver.SERVER
+        ).values_list("pk", "pending_action")[:100]
+    ]
+    stale_steps = [
+        pk for pk, request in steps if (request or {}).get("at", "") < cutoff.isoformat()
+    ]
+    return [("saga", pk) for pk in sagas] + [("step", pk) for pk in stale_steps]

@@ -1,0 +1,48 @@
+"""Celery tasks: thin wrappers that call services (sagaboard.runner, approvals, notifications).
+
+Every task is acknowledged late: a worker killed mid-undo has its task delivered
+again, and the engine re-runs the interrupted attempt with the same idempotency
+key. A saga held by another live worker is retried after a pause.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from sagaboard import approvals, notifications, runner
+
+
+@shared_task(bind=True, acks_late=True, max_retries=None)
+def rollback_continue(self: Any, saga_pk: int) -> str:
+    try:
+        return runner.rollback_continue(saga_pk)
+    except runner.Busy as busy:
+        raise self.retry(countdown=busy.retry_in) from busy
+
+
+@shared_task(bind=True, acks_late=True, max_retries=None)
+def step_action_run(self: Any, step_pk: int) -> str:
+    try:
+        return runner.step_action_run(step_pk)
+    except runner.Busy as busy:
+        raise self.retry(countdown=busy.retry_in) from busy
+
+
+@shared_task(acks_late=True)
+def notification_send(pk: int) -> bool:
+    return notifications.notification_send(pk)
+
+
+@shared_task
+def sweep() -> dict[str, int]:
+    """Every few seconds: expire approvals, resend notifications, pick up orphaned work."""
+    expired = approvals.approvals_expire()
+    due = notifications.notifications_due()
+    for pk in due:
+        notification_send.delay(pk)
+    orphans = runner.orphaned_work()
+    for kind, pk in orphans:
+        (rollback_continue if kind == "saga" else step_action_run).delay(pk)
+    return {"expired": expired, "notifications": len(due), "orphans": len(orphans)}
