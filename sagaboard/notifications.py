@@ -40,6 +40,8 @@ def _enqueue(project: Project, kind: str, text: str, data: dict[str, object]) ->
 
 
 def notify_approval(approval: Approval, kind: str) -> None:
+    if not settings.SAGABOARD_NOTIFY_URL:
+        return
     saga = Saga.objects.select_related("project").get(pk=approval.saga_id)
     step = Step.objects.get(pk=approval.step_id)
     verb = {"approval.created": "needs approval", "approval.expired": "approval expired"}[kind]
@@ -57,6 +59,8 @@ def notify_approval(approval: Approval, kind: str) -> None:
 
 
 def notify_rollback_failed(saga: Saga, step: Step) -> None:
+    if not settings.SAGABOARD_NOTIFY_URL:
+        return
     link = _link(saga)
     text = (
         f"Undo of {step.tool_name} ({step.step_id}) in saga {saga.name} failed: "
