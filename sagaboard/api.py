@@ -380,3 +380,8 @@ def list_sagas(
 
 
 __all__ = ["SagaSummaryOut", "StepOut", "api"]
+
+
+from sagaboard.api_decisions import router as _decisions  # noqa: E402
+
+api.add_router("/", _decisions)
