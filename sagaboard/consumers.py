@@ -1,7 +1,8 @@
 """The live feed: rendered saga fragments pushed to a logged-in browser, for its projects only.
 
 The page says what it shows in the websocket URL: ``?saga=<pk>`` for a saga page,
-``?list=1`` (with the list's filters) for the first page of the saga list, and
+``?list=1`` (with the list's filters) for the first page of the saga list,
+``?queue=1`` for the approval queue, ``?attention=1`` for the failed undos, and
 ``after=<log id>`` for the last event it was rendered with, so a browser that
 reconnects catches up on everything it missed from the event log.
 """
@@ -18,9 +19,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
-from sagaboard import selectors
-from sagaboard.models import Event, Saga
+from sagaboard import queues, selectors
+from sagaboard.models import Approval, Event, Saga
 from sagaboard.realtime import project_group, relay
+from undo_core import StepState
 
 CATCH_UP_PAGE = 1000
 
@@ -33,6 +35,7 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
             return
         params = {k: v[-1] for k, v in parse_qs(self.scope["query_string"].decode()).items()}
         self.view = _View.from_params(params)
+        self.user = user
         self.projects = await _project_pks(user)
         for pk in self.projects:
             await self.channel_layer.group_add(project_group(pk), self.channel_name)
@@ -74,7 +77,10 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
 
     async def _push(self, project: int, log_id: int, saga_pk: int) -> None:
         self.last[project] = max(log_id, self.last.get(project, 0))
-        html = await fragments.get(self.view, saga_pk, log_id)
+        if self.view.attention:
+            html = await _render_attention(self.user, log_id)  # per user: whole body
+        else:
+            html = await fragments.get(self.view, saga_pk, log_id)
         if html:
             await self.send(text_data=html)
 
@@ -84,12 +90,15 @@ class _View:
 
     def __init__(self, saga_pk: int | None, listing: bool, filters: dict[str, str]) -> None:
         self.saga_pk, self.listing, self.filters = saga_pk, listing, filters
+        self.queue = self.attention = False
 
     @classmethod
     def from_params(cls, params: dict[str, str]) -> _View:
         saga = params.get("saga", "")
         filters = {k: params[k] for k in ("status", "tool", "q", "project") if params.get(k)}
-        return cls(int(saga) if saga.isdigit() else None, params.get("list") == "1", filters)
+        view = cls(int(saga) if saga.isdigit() else None, params.get("list") == "1", filters)
+        view.queue, view.attention = params.get("queue") == "1", params.get("attention") == "1"
+        return view
 
 
 @database_sync_to_async
@@ -117,8 +126,9 @@ def _render_detail(saga_pk: int, log_id: int) -> str:
     saga = Saga.objects.select_related("project").get(pk=saga_pk)
     full = selectors.saga_get_for_project(project=saga.project, saga_id=saga.saga_id)
     events = selectors.event_list_for_saga(saga=saga, limit=1000)
+    context = {"saga": full, "events": events, "last_log_id": log_id}
     return render_to_string(
-        "sagaboard/_saga_live.html", {"saga": full, "events": events, "last_log_id": log_id}
+        "sagaboard/_saga_live.html", {**context, **queues.saga_page_extras(full)}
     )
 
 
@@ -128,6 +138,49 @@ def _render_row(saga_pk: int, log_id: int) -> tuple[Saga, frozenset[str], str]:
     tools = frozenset(saga.steps.values_list("tool_name", flat=True))
     html = render_to_string("sagaboard/_saga_row_live.html", {"saga": saga, "last_log_id": log_id})
     return saga, tools, html
+
+
+# Live fragments are shared between users, so they never carry anyone's CSRF token: their
+# forms post with htmx, which sends the page's own token in a header.
+_NO_CSRF = {"csrf_token": "NOTPROVIDED"}
+
+# Events that change what the needs-attention page lists.
+_ATTENTION_STATES = {StepState.ROLLBACK_FAILED, StepState.IN_DOUBT}
+
+
+@database_sync_to_async
+def _render_attention(user: Any, log_id: int) -> str:
+    event = Event.objects.filter(pk=log_id).values("kind", "from_state", "to_state").first()
+    if event is None:
+        return ""
+    touches = event["from_state"] in _ATTENTION_STATES or event["to_state"] in _ATTENTION_STATES
+    if not (touches or event["kind"].startswith("step.")):
+        return ""
+    groups = queues.failures_open(selectors.projects_for_user(user))
+    body = render_to_string("sagaboard/_attention_body.html", {"groups": groups, **_NO_CSRF})
+    return body.replace(
+        '<div id="attention-body">', '<div id="attention-body" hx-swap-oob="true">', 1
+    )
+
+
+@database_sync_to_async
+def _render_queue(saga_pk: int, log_id: int) -> str:
+    """Queue items touched by this event: a new one appended, a decided one removed."""
+    event = Event.objects.filter(pk=log_id).values("kind", "step_id").first()
+    if event is None or not event["kind"].startswith("approval."):
+        return ""
+    saga = Saga.objects.select_related("project").get(pk=saga_pk)
+    parts = []
+    for a in queues.approvals_for_step([saga.project], saga_pk, event["step_id"]):
+        if a.status != Approval.Status.PENDING:
+            parts.append(f'<li id="approval-{a.pk}" hx-swap-oob="delete"></li>')
+            continue
+        item = render_to_string("sagaboard/_approval_item.html", {"a": a, **_NO_CSRF})
+        if event["kind"] == "approval.requested":
+            parts.append(f'<ol hx-swap-oob="beforeend:#approval-items">{item}</ol>')
+        else:
+            parts.append(item.replace("<li ", '<li hx-swap-oob="outerHTML" ', 1))
+    return "".join(parts)
 
 
 class _Fragments:
@@ -152,6 +205,11 @@ class _Fragments:
         return task
 
     async def get(self, view: _View, saga_pk: int, log_id: int) -> str:
+        if view.queue:
+            queue: str = await self._once(
+                ("queue", saga_pk, log_id), lambda: _render_queue(saga_pk, log_id)
+            )
+            return queue
         if view.saga_pk is not None:
             if view.saga_pk != saga_pk:
                 return ""

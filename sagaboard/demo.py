@@ -3,17 +3,21 @@
 Each saga runs in undo_core with ``DjangoStore``, so what the dashboard shows is
 exactly what the engine records: a clean rollback, a completed checkout, a
 rollback that failed and waits for an operator, an undo an approver rejected,
-and one still running. Saga ids are fixed, so loading twice adds nothing.
+one still running, and two that sagaboard runs itself (server-side undos): one
+waiting in the approval queue, one whose undo failed. Saga ids are fixed, so
+loading twice adds nothing.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from sagaboard import runner, sagas
 from sagaboard.models import Project, Saga
 from sagaboard.storage import DjangoStore
 from undo_core import ApprovalRequest, Decision, FailedCompensation, SagaRollbackError, define_tool
@@ -134,7 +138,67 @@ def demo_load() -> Project:
         [(RESERVE, {"sku": "xyz", "qty": 2})],
         complete=False,
     )
+    if not Saga.objects.filter(project=project, saga_id="demo-refund-awaiting").exists():
+        # Run by sagaboard itself: the worker's rollback stops before the refund's undo,
+        # which waits in the approval queue.
+        saga = storebot_server_saga(project, "demo-refund-awaiting")
+        runner.rollback_continue(saga.pk)
+    if not Saga.objects.filter(project=project, saga_id="demo-return-failing").exists():
+        # The return's undo fails twice: ROLLBACK_FAILED, on the needs-attention page.
+        saga = storebot_server_saga(
+            project, "demo-return-failing", refund_needs_approval=False, return_fails_first=2
+        )
+        runner.rollback_continue(saga.pk)
     return project  # fmt: skip
+
+
+def _event_id() -> str:
+    return uuid.uuid4().hex
+
+
+def storebot_server_saga(
+    project: Project,
+    saga_id: str = "storebot-1",
+    *,
+    refund_needs_approval: bool = True,
+    return_fails_first: int = 0,
+    token_pk: int | None = None,
+) -> Saga:
+    """StoreBot run by sagaboard: return_item, refund_payment, then generate_label fails.
+
+    The rollback is requested (saga COMPENSATING); a worker runs it from here.
+    """
+    sagas.saga_begin(
+        project=project, event_id=_event_id(), name="storebot-return", saga_id=saga_id,
+        token_pk=token_pk,
+    )  # fmt: skip
+    steps = [
+        ("return_item", {"order": "A-17"}, {"rma": "RMA-882"},
+         {"kind": "handler", "handler": "storebot.return_item",
+          "args": {"fail_first": return_fails_first}}, False),
+        ("refund_payment", {"amount": 120, "currency": "EUR"}, {"refund": "re_1"},
+         {"kind": "handler", "handler": "storebot.refund_payment"}, refund_needs_approval),
+    ]  # fmt: skip
+    for tool, given, output, undo, approval in steps:
+        step_id = sagas.step_add(
+            project=project, event_id=_event_id(), saga_id=saga_id, tool_name=tool, input=given,
+            undo=undo, requires_approval=approval,
+        )  # fmt: skip
+        sagas.step_complete(
+            project=project, event_id=_event_id(), saga_id=saga_id, step_id=step_id, output=output
+        )
+    label = sagas.step_add(
+        project=project, event_id=_event_id(), saga_id=saga_id, tool_name="generate_label",
+        input={}, undo={"kind": "none"},
+    )  # fmt: skip
+    sagas.step_fail(
+        project=project, event_id=_event_id(), saga_id=saga_id, step_id=label,
+        error="FedEx API returned 500",
+    )  # fmt: skip
+    sagas.saga_rollback_request(
+        project=project, event_id=_event_id(), saga_id=saga_id, reason="label failed", actor=None
+    )
+    return Saga.objects.get(project=project, saga_id=saga_id)
 
 
 def demo_user(username: str = "demo", password: str = "demo") -> tuple[Any, bool]:

@@ -113,7 +113,10 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Tests use a file too: an in-memory database shared between threads locks whole
     # tables and ignores the timeout, which is not how the product runs.
     VAR_DIR.mkdir(exist_ok=True)
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-sagaboard.sqlite3")}
+    # SAGABOARD_TEST_SQLITE: another file, for test runs side by side in one checkout.
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.environ.get("SAGABOARD_TEST_SQLITE") or str(VAR_DIR / "test-sagaboard.sqlite3")
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

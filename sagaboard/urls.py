@@ -4,13 +4,22 @@ from django.contrib.auth import views as auth_views
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import path
 
-from sagaboard import token_pages, views
+from sagaboard import hitl_pages, policy_pages, token_pages, views
 from sagaboard.api import api
 
 urlpatterns = [
     path("", views.saga_list, name="saga_list"),
     path("overview/", views.overview, name="overview"),
     path("tokens/", token_pages.token_list, name="token_list"),
+    path("approvals/", hitl_pages.approval_queue, name="approval_queue"),
+    path("approvals/<int:pk>/decide/", hitl_pages.approval_decide, name="approval_decide"),
+    path("approvals/bulk/", hitl_pages.approvals_bulk, name="approvals_bulk"),
+    path("attention/", hitl_pages.attention, name="attention"),
+    path("steps/<int:pk>/action/", hitl_pages.step_action, name="step_action"),
+    path("steps/bulk/", hitl_pages.steps_bulk, name="steps_bulk"),
+    path("policies/", policy_pages.policy_list, name="policy_list"),
+    path("policies/<int:pk>/", policy_pages.policy_edit, name="policy_edit"),
+    path("audit/", policy_pages.audit, name="audit"),
     path("tokens/<str:prefix>/revoke/", token_pages.token_revoke, name="token_revoke"),
     path("sagas/<slug:project>/<str:saga_id>/", views.saga_detail, name="saga_detail"),
     path("login/", auth_views.LoginView.as_view(), name="login"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import CommandError, call_command
 
-from sagaboard.models import Saga, Step
+from sagaboard.models import Approval, Saga, Step
 
 pytestmark = pytest.mark.django_db
 
@@ -20,7 +20,13 @@ def test_demo_sagas_cover_every_outcome_an_operator_meets(settings) -> None:  # 
         "demo-refund-stuck": "ROLLBACK_FAILED",
         "demo-refund-rejected": "ROLLED_BACK",
         "demo-checkout-running": "IN_PROGRESS",
+        "demo-refund-awaiting": "COMPENSATING",
+        "demo-return-failing": "ROLLBACK_FAILED",
     }
+    waiting = Approval.objects.get(saga__saga_id="demo-refund-awaiting")
+    assert waiting.status == "PENDING" and waiting.step.tool_name == "refund_payment"
+    failing = Step.objects.get(saga__saga_id="demo-return-failing", tool_name="return_item")
+    assert failing.state == "ROLLBACK_FAILED" and failing.attempts.count() == 1
     stuck = dict(
         Step.objects.filter(saga__saga_id="demo-refund-stuck").values_list("step_id", "state")
     )

@@ -1,0 +1,176 @@
+"""Pages where people decide: the approval queue and the failed undos (needs attention).
+
+Thin views: permissions and rules are checked in sagaboard.approvals and
+sagaboard.operations (server-side, whatever buttons a page shows). Actions are
+htmx posts that answer with the fragment to swap (and a status message);
+without htmx they redirect back with the same message.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from sagaboard import approvals, operations, queues, selectors
+from sagaboard.approvals import DecisionRefused
+
+REFUSED_STATUS = {
+    "validation_error": 400,
+    "forbidden": 403,
+    "not_found": 404,
+    "already_decided": 409,
+    "void": 409,
+}
+
+
+def _ids(request: HttpRequest, name: str) -> list[int]:
+    return [int(v) for v in request.POST.getlist(name) if v.isdigit()][: queues.QUEUE_LIMIT]
+
+
+def _htmx(request: HttpRequest) -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+def _answer(
+    request: HttpRequest,
+    *,
+    back: str,
+    text: str,
+    ok: bool,
+    status: int = 200,
+    fragment: str | None = None,
+    context: dict[str, object] | None = None,
+) -> HttpResponse:
+    if not _htmx(request):
+        (messages.success if ok else messages.error)(request, text)
+        return redirect(back)
+    return render(
+        request,
+        fragment or "sagaboard/_flash.html",
+        {"flash": text, "ok": ok, **(context or {})},
+        status=status,
+    )
+
+
+# ---------------------------------------------------------------- approvals
+
+
+@login_required
+@require_GET
+def approval_queue(request: HttpRequest) -> HttpResponse:
+    """Pending approvals, oldest first, with what failed and exactly what would run."""
+    projects = selectors.projects_for_user(request.user)
+    context = {
+        "approvals": queues.approvals_pending(projects),
+        "can_decide": request.user.has_perm("sagaboard.decide_approval"),
+        "last_log_id": selectors.last_event_id(),
+    }
+    return render(request, "sagaboard/approval_queue.html", context)
+
+
+@login_required
+@require_POST
+def approval_decide(request: HttpRequest, pk: int) -> HttpResponse:
+    decision = request.POST.get("decision", "")
+    try:
+        outcome = approvals.approval_decide(
+            approval_id=pk,
+            user=request.user,
+            decision=decision,
+            reason=request.POST.get("reason", ""),
+        )
+    except DecisionRefused as refused:
+        return _answer(
+            request, back="approval_queue", text=refused.message, ok=False,
+            status=REFUSED_STATUS.get(refused.code, 400),
+        )  # fmt: skip
+    a = outcome.approval
+    if outcome.decided:
+        text = f"{a.step.tool_name} ({a.saga.name}): {a.status.lower()}."
+    else:
+        text = f"{a.step.tool_name} ({a.saga.name}): your approval is in; {a.required} needed."
+    return _answer(request, back="approval_queue", text=text, ok=True)
+
+
+@login_required
+@require_POST
+def approvals_bulk(request: HttpRequest) -> HttpResponse:
+    """Approve or reject every selected approval with one reason; says what happened to each."""
+    ids = _ids(request, "approval")
+    if not ids:
+        return _answer(
+            request, back="approval_queue", text="Select at least one.", ok=False, status=400
+        )
+    results = approvals.approvals_decide_many(
+        approval_ids=ids, user=request.user,
+        decision=request.POST.get("decision", ""), reason=request.POST.get("reason", ""),
+    )  # fmt: skip
+    done = sum(1 for _, r in results if not isinstance(r, DecisionRefused))
+    refused = [f"#{pk}: {r.message}" for pk, r in results if isinstance(r, DecisionRefused)]
+    text = f"{done} of {len(ids)} done." + (" Not done: " + "; ".join(refused) if refused else "")
+    return _answer(request, back="approval_queue", text=text, ok=not refused,
+                   status=200 if done else 409)  # fmt: skip
+
+
+# ---------------------------------------------------------------- failed undos
+
+
+@login_required
+@require_GET
+def attention(request: HttpRequest) -> HttpResponse:
+    """Failed and in-doubt undos, grouped by error signature, with every attempt so far."""
+    projects = selectors.projects_for_user(request.user)
+    context = {
+        "groups": queues.failures_open(projects),
+        "can_operate": request.user.has_perm("sagaboard.retry_compensation"),
+        "last_log_id": selectors.last_event_id(),
+    }
+    return render(request, "sagaboard/attention.html", context)
+
+
+@login_required
+@require_POST
+def step_action(request: HttpRequest, pk: int) -> HttpResponse:
+    """Retry, resolve or leave one failed undo (from the attention page or the saga page)."""
+    back = request.POST.get("next") or "attention"
+    if not back.startswith("/") or back.startswith("//"):
+        back = "attention"  # never redirect off-site
+    try:
+        step = operations.step_act(
+            step_pk=pk, user=request.user, action=request.POST.get("action", ""),
+            reason=request.POST.get("reason", ""),
+        )  # fmt: skip
+    except DecisionRefused as refused:
+        return _answer(request, back=back, text=refused.message, ok=False,
+                       status=REFUSED_STATUS.get(refused.code, 400))  # fmt: skip
+    verb = {"retry": "Retry requested", "resolve": "Resolve requested", "leave": "Left failed"}
+    text = f"{verb[request.POST['action']]}: {step.tool_name} ({step.step_id}) in {step.saga.name}."
+    return _answer(request, back=back, text=text, ok=True)
+
+
+@login_required
+@require_POST
+def steps_bulk(request: HttpRequest) -> HttpResponse:
+    """One action for a selection of failed undos (or a whole error group), with one reason."""
+    ids = _ids(request, "step")
+    expected = request.POST.get("expected", "")
+    if not ids:
+        return _answer(request, back="attention", text="Select at least one.", ok=False, status=400)
+    if expected.isdigit() and int(expected) != len(ids):
+        return _answer(
+            request, back="attention", ok=False, status=409,
+            text=f"The selection changed ({len(ids)} now, {expected} confirmed): "
+            "check and confirm again.",
+        )  # fmt: skip
+    results = operations.steps_act_many(
+        step_pks=ids, user=request.user, action=request.POST.get("action", ""),
+        reason=request.POST.get("reason", ""),
+    )  # fmt: skip
+    done = sum(1 for _, r in results if not isinstance(r, DecisionRefused))
+    refused = [f"#{pk}: {r.message}" for pk, r in results if isinstance(r, DecisionRefused)]
+    text = f"{done} of {len(ids)} done." + (" Not done: " + "; ".join(refused) if refused else "")
+    return _answer(request, back="attention", text=text, ok=not refused,
+                   status=200 if done else 409)  # fmt: skip
