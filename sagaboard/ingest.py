@@ -119,6 +119,7 @@ class _Batch:
                 self.attempts.setdefault(step_pk, set()).add(number)
         self.log_id: int | None = None
         self.token_pk: int | None = None
+        self.failed_undos: list[tuple[str, str]] = []
         self.dirty_steps: dict[tuple[str, str], StepSnapshot] = {}
         self.events: list[tuple[SimpleNamespace, SagaEvent, str, str]] = []
 
@@ -145,6 +146,8 @@ class _Batch:
             copy_step(row, snapshot, driver=saga.driver)
             self.dirty_steps[key] = snapshot
         self.events.append((saga, info, event.event_id, digest))
+        if info.step_id is not None and info.to_state == StepState.ROLLBACK_FAILED:
+            self.failed_undos.append((saga.saga_id, info.step_id))
 
     def write(self) -> None:
         new = [s for s in self.sagas.values() if s.pk is None]
@@ -246,6 +249,7 @@ def events_ingest(
                 raise
         try:
             batch.write()
+            _announce_failed_undos(project, batch.failed_undos)
         except IntegrityError as err:
             # A concurrent request created the same saga or event first; nothing of this
             # one was applied, and a retry will find its events stored (duplicates).
@@ -256,6 +260,17 @@ def events_ingest(
         IngestResult(e.event_id, "duplicate" if i in duplicates else "applied", log_ids[e.event_id])
         for i, e in enumerate(events)
     ]
+
+
+def _announce_failed_undos(project: Project, failed: list[tuple[str, str]]) -> None:
+    """Notification outbox rows for undos that just ended ROLLBACK_FAILED (rare: a query each)."""
+    from sagaboard.notifications import notify_rollback_failed
+
+    for saga_id, step_id in failed:
+        step = Step.objects.select_related("saga__project").get(
+            saga__project=project, saga__saga_id=saga_id, step_id=step_id
+        )
+        notify_rollback_failed(step.saga, step)
 
 
 def _digest(event: TransitionIn) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
-from sagaboard import approvals, audit_log, notifications, undo_kinds
+from sagaboard import approvals, audit_log, undo_kinds
 from sagaboard.models import Approval, Saga, Step
 from sagaboard.storage import DjangoStore
 from undo_core import (
@@ -69,8 +69,6 @@ class ServerGate:
         return Decision.wait(reason="waiting for an approver")
 
     def compensation_failed(self, request: FailedCompensation) -> Decision:
-        step = Step.objects.get(saga=self.saga, step_id=request.step.id)
-        notifications.notify_rollback_failed(self.saga, step)
         return Decision.leave(reason="left for an operator: retry, resolve or leave it failed")
 
 

@@ -81,6 +81,10 @@ class DjangoStore:
                 row.save()
                 known = set(row.attempts.values_list("number", flat=True))
                 CompensationAttempt.objects.bulk_create(new_attempts(row.pk, step, known))
+                if event.to_state == StepState.ROLLBACK_FAILED and event.step_id == step.id:
+                    from sagaboard.notifications import notify_rollback_failed
+
+                    notify_rollback_failed(saga, row)  # in this transaction: an outbox row
             return Event.objects.create(**event_fields(saga, event, client_event_id, digest))
 
     # ------------------------------------------------------------ leases
