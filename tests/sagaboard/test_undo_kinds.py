@@ -1,0 +1,136 @@
+"""Undos sagaboard runs itself: a signed webhook, a shell command (off by default), a handler."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any
+
+import pytest
+from test_notifications import Receiver
+
+from sagaboard import approvals, runner, sagas
+from sagaboard.models import Approval, Event, Project, Saga, Step
+from sagaboard.undo_kinds import plan_for, plan_hash
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def shop() -> Project:
+    return Project.objects.create(slug="shop", name="Shop")
+
+
+def one_step_saga(project: Project, undo: dict[str, Any], saga_id: str = "k-1") -> Saga:
+    """A saga whose only step completed, then a rollback was asked for."""
+    n = iter(range(100))
+
+    def eid() -> str:
+        return f"{saga_id}-{next(n)}"
+
+    sagas.saga_begin(project=project, event_id=eid(), name="ops", saga_id=saga_id)
+    step = sagas.step_add(
+        project=project, event_id=eid(), saga_id=saga_id, tool_name="create_ticket",
+        input={"title": "disk full"}, undo=undo,
+    )  # fmt: skip
+    sagas.step_complete(
+        project=project, event_id=eid(), saga_id=saga_id, step_id=step, output={"id": "T-9"}
+    )
+    sagas.saga_rollback_request(
+        project=project, event_id=eid(), saga_id=saga_id, reason="test", actor=None
+    )
+    return Saga.objects.get(project=project, saga_id=saga_id)
+
+
+def test_a_webhook_undo_posts_the_step_signed_with_its_idempotency_key(
+    shop: Project, settings: Any
+) -> None:
+    receiver = Receiver()
+    settings.SAGABOARD_WEBHOOK_SECRET = "hook-secret"
+    try:
+        saga = one_step_saga(shop, {"kind": "webhook", "url": receiver.url})
+        assert runner.rollback_continue(saga.pk) == "ROLLED_BACK"
+    finally:
+        receiver.server.shutdown()
+    ((body, signature),) = receiver.bodies
+    step = Step.objects.get(saga=saga)
+    assert body == {
+        "saga_id": "k-1", "step_id": "step-1", "tool_name": "create_ticket",
+        "idempotency_key": step.idempotency_key, "input": {"title": "disk full"},
+        "output": {"id": "T-9"},
+    }  # fmt: skip
+    assert (
+        signature == "sha256=" + hmac.new(b"hook-secret", receiver.raw, hashlib.sha256).hexdigest()
+    )
+
+
+def test_a_webhook_that_answers_an_error_fails_the_undo(shop: Project) -> None:
+    receiver = Receiver()
+    receiver.statuses = [503]
+    try:
+        saga = one_step_saga(shop, {"kind": "webhook", "url": receiver.url})
+        assert runner.rollback_continue(saga.pk) == "ROLLBACK_FAILED"
+    finally:
+        receiver.server.shutdown()
+    assert "webhook answered 503" in (Step.objects.get(saga=saga).error or "")
+
+
+def decide(saga: Saga) -> None:
+    from hitl import person
+
+    approval = Approval.objects.get(saga=saga, status="PENDING")
+    approvals.approval_decide(
+        approval_id=approval.pk, user=person("ann", "approver", saga.project),
+        decision="approve", reason="the command is right",
+    )  # fmt: skip
+
+
+def test_a_command_undo_waits_for_approval_and_is_off_by_default(shop: Project) -> None:
+    saga = one_step_saga(shop, {"kind": "command", "command": "echo undone"})
+    assert runner.rollback_continue(saga.pk) == "COMPENSATING"
+    approval = Approval.objects.get(saga=saga)
+    assert approval.plan == {"kind": "command", "command": "echo undone"}
+    decide(saga)
+    assert runner.rollback_continue(saga.pk) == "ROLLBACK_FAILED"
+    assert "command undos are off" in (Step.objects.get(saga=saga).error or "")
+
+
+def test_an_enabled_command_runs_without_a_shell_and_its_output_is_kept(
+    shop: Project, settings: Any
+) -> None:
+    settings.SAGABOARD_ALLOW_COMMAND_UNDOS = True
+    saga = one_step_saga(shop, {"kind": "command", "command": "echo 'undone; rm -rf /' $HOME"})
+    runner.rollback_continue(saga.pk)
+    decide(saga)
+    assert runner.rollback_continue(saga.pk) == "ROLLED_BACK"
+    output = Event.objects.get(saga=saga, kind="undo.output").detail
+    assert output == "undone; rm -rf / $HOME\n"  # one argument, no shell expansion
+
+
+def test_a_command_that_overruns_its_timeout_fails(shop: Project, settings: Any) -> None:
+    settings.SAGABOARD_ALLOW_COMMAND_UNDOS = True
+    settings.SAGABOARD_UNDO_TIMEOUT_SECONDS = 0.3
+    saga = one_step_saga(shop, {"kind": "command", "command": "sleep 5"})
+    runner.rollback_continue(saga.pk)
+    decide(saga)
+    assert runner.rollback_continue(saga.pk) == "ROLLBACK_FAILED"
+    assert "timed out" in (Step.objects.get(saga=saga).error or "")
+
+
+def test_an_unregistered_handler_fails_the_undo_naming_it(shop: Project) -> None:
+    saga = one_step_saga(shop, {"kind": "handler", "handler": "nope.never"})
+    assert runner.rollback_continue(saga.pk) == "ROLLBACK_FAILED"
+    assert "no compensation 'nope.never' is registered" in (Step.objects.get(saga=saga).error or "")
+
+
+def test_the_plan_hash_changes_with_what_would_run(shop: Project) -> None:
+    saga = one_step_saga(shop, {"kind": "webhook", "url": "https://a.example/undo"})
+    step = Step.objects.get(saga=saga)
+    before = plan_hash(plan_for(saga, step))
+    step.undo = {"kind": "webhook", "url": "https://b.example/undo"}
+    assert plan_hash(plan_for(saga, step)) != before
+    step.undo = {"kind": "webhook", "url": "https://a.example/undo"}
+    step.output = {"id": "T-10"}
+    assert plan_hash(plan_for(saga, step)) != before  # the body changed too
+    assert json.dumps(plan_for(saga, step)["body"]["output"]) == '{"id": "T-10"}'
