@@ -10,7 +10,7 @@ HOST_PORT := 127.0.0.1:8000
 # Second test run; override to point at another server.
 SAGABOARD_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/sagaboard
 
-.PHONY: help venv install run lint test test-sqlite test-postgres bench bench-ingest vendor fmt
+.PHONY: help venv install run lint test test-sqlite test-postgres bench bench-ingest bench-live vendor fmt
 
 help:
 	@echo "make run            install deps, migrate, serve on http://$(HOST_PORT)/"
@@ -21,6 +21,7 @@ help:
 	@echo "make fmt            ruff format + ruff check --fix"
 	@echo "make bench          python -m benchmarks.engine"
 	@echo "make bench-ingest   python -m benchmarks.ingest (a live server on SQLite and PostgreSQL)"
+	@echo "make bench-live     python -m benchmarks.live_latency (websocket latency, 50 and 200 clients)"
 	@echo "make vendor         re-vendor htmx + htmx-ext-ws from npm into static/vendor/"
 	@echo "make venv|install   create .venv (Python >= 3.12, see .ci/find-python) / install deps"
 
@@ -47,7 +48,10 @@ run: install
 	$(VPY) manage.py sagaboard_demo
 	@echo ""
 	@echo "  sagaboard is starting at http://$(HOST_PORT)/  (Ctrl-C to stop)"
+	@echo "  with a Celery worker for undos (broker: a folder under var/, no server needed)"
 	@echo ""
+	@$(VPY) -m celery -A sagaboard worker -B --pool=solo -s var/celerybeat-schedule \
+		--loglevel=warning & worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
 	$(VPY) -m uvicorn sagaboard.asgi:application --host $(firstword $(subst :, ,$(HOST_PORT))) --port $(lastword $(subst :, ,$(HOST_PORT))) --reload
 
 lint: install
@@ -76,6 +80,9 @@ bench: install
 
 bench-ingest: install
 	$(VPY) -m benchmarks.ingest
+
+bench-live: install
+	$(VPY) -m benchmarks.live_latency
 
 # Re-vendor htmx and its ws extension from the npm registry (versions in the script).
 vendor:

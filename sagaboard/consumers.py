@@ -222,7 +222,11 @@ class _Fragments:
         saga, tools, row = await self._once(
             ("row", saga_pk, log_id), lambda: _render_row(saga_pk, log_id)
         )
-        return row if selectors.saga_matches(saga, tools, **view.filters) else ""
+        if selectors.saga_matches(saga, tools, **view.filters):
+            return row
+        # No longer on this filtered list (it left the status shown): take the row away.
+        gone = f'<tr id="saga-{saga_pk}" data-gone hidden></tr>'
+        return f'<tbody hx-swap-oob="afterbegin:#saga-rows">{gone}</tbody>'
 
 
 fragments = _Fragments()

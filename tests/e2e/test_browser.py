@@ -293,11 +293,6 @@ def test_the_list_shows_an_sdk_saga_arrive_and_change_live_keeping_filter_and_sc
     assert user.console_errors() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: a live update that no longer matches the list's status filter is "
-    "dropped (sagaboard/consumers.py, _Fragments.get), so the row keeps its old status",
-)
 def test_a_list_filtered_by_status_does_not_keep_showing_a_status_the_saga_left(
     site: Site, user: User
 ) -> None:
