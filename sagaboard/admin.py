@@ -1,4 +1,8 @@
-"""Django admin for every model; audit records and the event log are read-only."""
+"""Django admin for every model; audit records and the event log are read-only.
+
+Approvals, votes and policies are read-only here too: deciding and editing go
+through the dashboard's services, which lock, version and audit them.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,13 @@ from django.http import HttpRequest
 from sagaboard.models import (
     ApiRequest,
     ApiToken,
+    Approval,
+    ApprovalPolicy,
+    ApprovalVote,
     AuditEntry,
     CompensationAttempt,
     Event,
+    Notification,
     Project,
     Saga,
     Step,
@@ -93,3 +101,24 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 @admin.register(ApiRequest)
 class ApiRequestAdmin(ReadOnlyAdmin):
     list_display = ["event_id", "operation", "saga_id", "step_id", "created_at"]
+
+
+@admin.register(ApprovalPolicy)
+class ApprovalPolicyAdmin(ReadOnlyAdmin):
+    list_display = ["project", "name", "tool_glob", "condition", "approvers_required", "version"]
+
+
+@admin.register(Approval)
+class ApprovalAdmin(ReadOnlyAdmin):
+    list_display = ["id", "saga", "step", "status", "required", "created_at", "decided_at"]
+    list_filter = ["status"]
+
+
+@admin.register(ApprovalVote)
+class ApprovalVoteAdmin(ReadOnlyAdmin):
+    list_display = ["approval", "user", "decision", "reason", "at"]
+
+
+@admin.register(Notification)
+class NotificationAdmin(ReadOnlyAdmin):
+    list_display = ["id", "kind", "created_at", "attempts", "delivered_at", "last_error"]

@@ -63,3 +63,13 @@ def test_the_admin_lists_demo_sagas_and_keeps_records_read_only(settings, client
         client.post(f"/admin/sagaboard/saga/{saga.pk}/delete/", {"post": "yes"}).status_code == 403
     )
     assert Saga.objects.filter(pk=saga.pk).exists()
+
+
+def test_every_model_is_in_the_admin_and_records_cannot_be_edited_there() -> None:
+    from django.apps import apps
+    from django.contrib import admin
+
+    for model in apps.get_app_config("sagaboard").get_models():
+        assert admin.site.is_registered(model), model
+    for model in (Approval, Step, Saga):
+        assert not admin.site.get_model_admin(model).has_change_permission(None)  # type: ignore[arg-type]
