@@ -23,19 +23,39 @@ Drive a saga by hand over the API, as the seed's MCP tools do::
         client.complete_step(saga["id"], step["id"])
         client.rollback(saga["id"], reason="shipping API down")
 
+Let operators decide from the dashboard: approve an undo before it runs, and
+retry, resolve or leave one that failed (the saga still runs here)::
+
+    from undo_core import Saga
+    from undo_core.remote import SagaboardClient, SagaboardGate, SagaboardStore
+
+    with (
+        SagaboardClient("https://sagaboard.example", token) as client,
+        SagaboardStore("https://sagaboard.example", token) as store,
+        SagaboardGate(client, store=store, max_wait=3600) as gate,
+    ):
+        saga = Saga("checkout", store=store, gate=gate, on_compensation_failure="halt")
+        ...  # a rollback waits (up to an hour per question) for people's decisions
+
+``AsyncSagaboardGate`` (with ``AsyncSagaboardClient``) does the same for
+``AsyncSaga``; see ``_gate.py`` for the waits, the acknowledgements and the errors.
+
 The wire contract is docs/api.md. ``undo_core`` itself does not import this
 package, so the engine keeps needing nothing but the standard library.
 """
 
 from ._client import AsyncSagaboardClient, SagaboardClient
 from ._errors import SagaboardAPIError, SagaboardUnavailable
+from ._gate import AsyncSagaboardGate, SagaboardGate
 from ._store import SagaboardStore
 from ._wire import change_to_event
 
 __all__ = [
     "AsyncSagaboardClient",
+    "AsyncSagaboardGate",
     "SagaboardAPIError",
     "SagaboardClient",
+    "SagaboardGate",
     "SagaboardStore",
     "SagaboardUnavailable",
     "change_to_event",

@@ -1,14 +1,18 @@
 """``SagaboardClient`` / ``AsyncSagaboardClient``: the sagaboard API, call by call.
 
 For code that drives a saga by hand over the API (the seed's MCP tools:
-begin, add step, complete, fail, rollback, status, list steps) and for reading
-sagas back. Each method builds one :class:`_Call` (method, path, query, body)
-with plain functions shared by both clients, so the sync and async clients
-differ only in how they send it.
+begin, add step, complete, fail, rollback, status, list steps), for reading
+sagas back, and for the decisions an agent waits for (approvals, operators'
+retry / resolve / leave: what :class:`~undo_core.remote.SagaboardGate` calls).
+Each method builds one :class:`_Call` (method, path, query, body) with plain
+functions shared by both clients, so the sync and async clients differ only in
+how they send it.
 
 Every write carries a fresh ``event_id`` (uuid4), made once per method call and
 reused by that call's own retries: the server answers a repeated id with the
-original result (``"status": "duplicate"``) instead of applying it twice.
+original result (``"status": "duplicate"``) instead of applying it twice. The
+decision calls need none: asking for an approval is get-or-create, and an
+acknowledgement is conditional (a repeat is a 409 that changes nothing).
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ import httpx
 
 from ._errors import SagaboardUnavailable, api_error
 
-__all__ = ["AsyncSagaboardClient", "SagaboardClient", "retry_after"]
+__all__ = ["MAX_WAIT", "AsyncSagaboardClient", "SagaboardClient", "retry_after"]
 
 _API = "/api/v1"
 _MAX_PAGES = 10_000
 """A server that keeps answering a next_cursor cannot keep a caller looping forever."""
 _MAX_DELAY = 30.0
+MAX_WAIT = 30.0
+"""The longest the server holds a long-poll (``wait``), in seconds."""
 
 
 class _Call(NamedTuple):
@@ -40,6 +46,23 @@ class _Call(NamedTuple):
     path: str
     params: httpx.QueryParams | None = None
     body: dict[str, Any] | None = None
+    wait: float = 0.0
+    """A long-poll: the server may hold the answer this many seconds (added to the timeout)."""
+
+
+def _timeout(base: httpx.Timeout, wait: float) -> httpx.Timeout:
+    """The client's timeout, with a long-poll's ``wait`` added to the read timeout."""
+    if wait <= 0 or base.read is None:
+        return base
+    return httpx.Timeout(
+        connect=base.connect, read=base.read + wait, write=base.write, pool=base.pool
+    )
+
+
+def _wait(wait: float) -> float:
+    if not 0 <= wait <= MAX_WAIT:
+        raise ValueError(f"wait must be 0..{MAX_WAIT:g} seconds, got {wait!r}")
+    return float(wait)
 
 
 def _saga_path(saga_id: str, *rest: str) -> str:
@@ -164,6 +187,31 @@ class _Calls:
         query = {"after": after, "limit": limit}
         return _Call("GET", _saga_path(saga_id, "events"), params=_query(query, None))
 
+    @staticmethod
+    def request_approval(saga_id: str, step_id: str, why: str | None) -> _Call:
+        body = {"why": why} if why else {}
+        return _Call("POST", _saga_path(saga_id, "steps", step_id, "approval"), body=body)
+
+    @staticmethod
+    def get_approval(approval_id: int, wait: float) -> _Call:
+        wait = _wait(wait)
+        params = httpx.QueryParams({"wait": f"{wait:g}"}) if wait else None
+        return _Call("GET", f"{_API}/approvals/{int(approval_id)}", params=params, wait=wait)
+
+    @staticmethod
+    def get_decision(saga_id: str, step_id: str, wait: float) -> _Call:
+        wait = _wait(wait)
+        params = httpx.QueryParams({"wait": f"{wait:g}"}) if wait else None
+        path = _saga_path(saga_id, "steps", step_id, "decision")
+        return _Call("GET", path, params=params, wait=wait)
+
+    @staticmethod
+    def ack_decision(saga_id: str, step_id: str, action: str, at: str | None) -> _Call:
+        body: dict[str, Any] = {"action": action}
+        if at is not None:
+            body["at"] = at
+        return _Call("POST", _saga_path(saga_id, "steps", step_id, "decision", "ack"), body=body)
+
 
 def _undo(undo: str | Mapping[str, Any]) -> dict[str, Any]:
     """A string is a shell command (the seed's ``undoCommand``); a mapping is sent as given."""
@@ -204,7 +252,11 @@ class SagaboardClient:
             last = attempt == self._retries
             try:
                 response = self._http.request(
-                    call.method, call.path, params=call.params, json=call.body
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    json=call.body,
+                    timeout=_timeout(self._http.timeout, call.wait),
                 )
             except httpx.TransportError as err:
                 if last:
@@ -319,6 +371,42 @@ class SagaboardClient:
         steps: list[dict[str, Any]] = self.get_saga(saga_id).get("steps", [])
         return steps
 
+    # ------------------------------------------------------------ decisions (SagaboardGate)
+
+    def request_approval(
+        self, saga_id: str, step_id: str, *, why: str | None = None
+    ) -> dict[str, Any]:
+        """The approval for a mirrored step's undo: the current one, or a new PENDING one.
+
+        ``{"id", "status", "required", "why", "decided_reason", "decided_by": [names],
+        "plan_hash", "created_at", "expires_at", ...}``; the step must have reached
+        the server (flush the store first), else :class:`SagaboardAPIError` 404.
+        """
+        approval: dict[str, Any] = self._send(_Calls.request_approval(saga_id, step_id, why))
+        return approval
+
+    def get_approval(self, approval_id: int, *, wait: float = 0.0) -> dict[str, Any]:
+        """The approval; while PENDING the server holds the answer up to ``wait`` s (0..30)."""
+        approval: dict[str, Any] = self._send(_Calls.get_approval(approval_id, wait))
+        return approval
+
+    def get_decision(self, saga_id: str, step_id: str, *, wait: float = 0.0) -> dict[str, Any]:
+        """An operator's answer to a failed undo: ``{"action": "retry" | "resolve" | "leave" |
+        None, "by", "reason", "at", "state"}``, held up to ``wait`` s (0..30) while None."""
+        decision: dict[str, Any] = self._send(_Calls.get_decision(saga_id, step_id, wait))
+        return decision
+
+    def ack_decision(
+        self, saga_id: str, step_id: str, action: str, *, at: str | None = None
+    ) -> dict[str, Any]:
+        """Say the pending ``action`` (retry or resolve, requested ``at``) was carried out.
+
+        Post its transition events first. :class:`SagaboardAPIError` 409 if that
+        request is no longer pending (acknowledged already, or replaced).
+        """
+        answer: dict[str, Any] = self._send(_Calls.ack_decision(saga_id, step_id, action, at))
+        return answer
+
     def close(self) -> None:
         self._http.close()
 
@@ -357,7 +445,11 @@ class AsyncSagaboardClient:
             last = attempt == self._retries
             try:
                 response = await self._http.request(
-                    call.method, call.path, params=call.params, json=call.body
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    json=call.body,
+                    timeout=_timeout(self._http.timeout, call.wait),
                 )
             except httpx.TransportError as err:
                 if last:
@@ -470,6 +562,34 @@ class AsyncSagaboardClient:
         """Every step in full, oldest first (MCP ``saga_list_steps``)."""
         steps: list[dict[str, Any]] = (await self.get_saga(saga_id)).get("steps", [])
         return steps
+
+    # ------------------------------------------------------------ decisions (AsyncSagaboardGate)
+
+    async def request_approval(
+        self, saga_id: str, step_id: str, *, why: str | None = None
+    ) -> dict[str, Any]:
+        """The approval for a mirrored step's undo; see :meth:`SagaboardClient.request_approval`."""
+        approval: dict[str, Any] = await self._send(_Calls.request_approval(saga_id, step_id, why))
+        return approval
+
+    async def get_approval(self, approval_id: int, *, wait: float = 0.0) -> dict[str, Any]:
+        """The approval; while PENDING the server holds the answer up to ``wait`` s (0..30)."""
+        approval: dict[str, Any] = await self._send(_Calls.get_approval(approval_id, wait))
+        return approval
+
+    async def get_decision(
+        self, saga_id: str, step_id: str, *, wait: float = 0.0
+    ) -> dict[str, Any]:
+        """An operator's answer to a failed undo; see :meth:`SagaboardClient.get_decision`."""
+        decision: dict[str, Any] = await self._send(_Calls.get_decision(saga_id, step_id, wait))
+        return decision
+
+    async def ack_decision(
+        self, saga_id: str, step_id: str, action: str, *, at: str | None = None
+    ) -> dict[str, Any]:
+        """Say the pending ``action`` was carried out; see :meth:`SagaboardClient.ack_decision`."""
+        answer: dict[str, Any] = await self._send(_Calls.ack_decision(saga_id, step_id, action, at))
+        return answer
 
     async def aclose(self) -> None:
         await self._http.aclose()
