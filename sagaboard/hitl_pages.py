@@ -8,6 +8,8 @@ without htmx they redirect back with the same message.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -53,6 +55,18 @@ def _answer(
         {"flash": text, "ok": ok, **(context or {})},
         status=status,
     )
+
+
+def _bulk_answer(
+    request: HttpRequest, back: str, results: Sequence[tuple[int, object]]
+) -> HttpResponse:
+    """One message for a bulk action: how many were done, and why each other one was not."""
+    done = sum(1 for _, r in results if not isinstance(r, DecisionRefused))
+    refused = [f"#{pk}: {r.message}" for pk, r in results if isinstance(r, DecisionRefused)]
+    text = f"{done} of {len(results)} done." + (
+        " Not done: " + "; ".join(refused) if refused else ""
+    )
+    return _answer(request, back=back, text=text, ok=not refused, status=200 if done else 409)
 
 
 # ---------------------------------------------------------------- approvals
@@ -108,11 +122,7 @@ def approvals_bulk(request: HttpRequest) -> HttpResponse:
         approval_ids=ids, user=request.user,
         decision=request.POST.get("decision", ""), reason=request.POST.get("reason", ""),
     )  # fmt: skip
-    done = sum(1 for _, r in results if not isinstance(r, DecisionRefused))
-    refused = [f"#{pk}: {r.message}" for pk, r in results if isinstance(r, DecisionRefused)]
-    text = f"{done} of {len(ids)} done." + (" Not done: " + "; ".join(refused) if refused else "")
-    return _answer(request, back="approval_queue", text=text, ok=not refused,
-                   status=200 if done else 409)  # fmt: skip
+    return _bulk_answer(request, "approval_queue", results)
 
 
 # ---------------------------------------------------------------- failed undos
@@ -169,8 +179,4 @@ def steps_bulk(request: HttpRequest) -> HttpResponse:
         step_pks=ids, user=request.user, action=request.POST.get("action", ""),
         reason=request.POST.get("reason", ""),
     )  # fmt: skip
-    done = sum(1 for _, r in results if not isinstance(r, DecisionRefused))
-    refused = [f"#{pk}: {r.message}" for pk, r in results if isinstance(r, DecisionRefused)]
-    text = f"{done} of {len(ids)} done." + (" Not done: " + "; ".join(refused) if refused else "")
-    return _answer(request, back="attention", text=text, ok=not refused,
-                   status=200 if done else 409)  # fmt: skip
+    return _bulk_answer(request, "attention", results)
