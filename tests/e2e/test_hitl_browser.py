@@ -1,0 +1,466 @@
+"""Human in the loop, end to end, in real headless Chromium (Debian's, driven by Playwright):
+a real uvicorn server and a real Celery worker (Redis broker) on a throw-away database.
+
+The StoreBot saga run by sagaboard (``sagaboard.demo.storebot_server_saga``): return_item,
+refund_payment (its undo needs approval), generate_label fails and the rollback is
+requested; return_item's undo fails its first attempt. An approver (ann) watches the
+approval queue: the refund's undo appears live once the worker reaches it, she approves
+it with a reason and it leaves her queue; the worker undoes the refund, return_item's
+undo fails, and an operator (olga) sees ROLLBACK_FAILED arrive live on the saga page and
+on the needs-attention page; she retries, the worker runs attempt #2 (by user:olga), and
+the saga page shows ROLLED_BACK live. No page is reloaded, no page logs a console error,
+no confirmation dialog is asked for. Screenshots: test-artifacts/approval-queue.png,
+test-artifacts/needs-attention.png and test-artifacts/hitl-saga-rolled-back.png.
+
+A second test (strict xfail, a known bug) checks that the queue's heading counts an
+approval that arrived live.
+
+Every wait is bounded (``WAIT_MS``). Redis: ``SAGABOARD_TEST_HITL_REDIS_URL`` (default
+redis://127.0.0.1:6379/7), a database of its own, flushed at the start.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.live import ROOT, Server, manage, temp_database
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = os.environ.get("SAGABOARD_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = ROOT / "test-artifacts"
+PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
+REDIS_URL = os.environ.get("SAGABOARD_TEST_HITL_REDIS_URL", "redis://127.0.0.1:6379/7")
+WAIT_MS = 20_000  # a worker's undo and a live update take well under a second
+WAIT_S = WAIT_MS / 1000
+
+PROJECT = "shop"
+SAGA_ID = "storebot-hitl-1"
+PASSWORD = "pw-hitl-e2e-3141"
+
+MAKE_PEOPLE = f"""
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from sagaboard.models import Project
+project = Project.objects.create(slug={PROJECT!r}, name="Shop")
+for name, role in [("ann", "approver"), ("olga", "operator")]:
+    user = get_user_model().objects.create_user(name, password={PASSWORD!r})
+    user.groups.add(Group.objects.get(name=role))
+    project.members.add(user)
+"""
+
+
+def make_saga(saga_id: str, *, return_fails_first: int) -> str:
+    """Code for manage.py shell: the saga, whose rollback request enqueues the worker's task
+    when its transaction commits."""
+    return (
+        "from sagaboard.demo import storebot_server_saga\n"
+        "from sagaboard.models import Project\n"
+        f"storebot_server_saga(Project.objects.get(slug={PROJECT!r}), {saga_id!r}, "
+        f"return_fails_first={return_fails_first})\n"
+    )
+
+
+# ---------------------------------------------------------------- processes
+
+
+class Worker:
+    """``celery -A sagaboard worker --pool=solo``, its output in a log file."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.name = f"hitl-{uuid.uuid4().hex[:8]}"
+        self.log = log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "sagaboard", "worker", "--pool=solo",
+                 "--loglevel=warning", "-n", f"{self.name}@%h",
+                 "--without-gossip", "--without-mingle", "--without-heartbeat"],
+                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def wait_ready(self, timeout: float = WAIT_S) -> None:
+        """Until the worker answers a ping over the broker (it consumes its queues then)."""
+        from celery import Celery
+
+        probe = Celery("hitl-probe", broker=REDIS_URL)
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                self.check_alive()
+                replies = probe.control.ping(timeout=0.5) or []
+                if any(name.startswith(f"{self.name}@") for r in replies for name in r):
+                    return
+            raise AssertionError(f"the worker did not answer in {timeout:g} s\n{self.tail()}")
+        finally:
+            probe.close()
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the worker exited ({self.proc.returncode}):\n{self.tail()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # warm shutdown: the solo pool has nothing running now
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def tail(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+
+@contextmanager
+def environ(extra: dict[str, str]) -> Iterator[None]:
+    """``extra`` in os.environ for the block, restored afterwards."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def start_server(url: str, extra: dict[str, str]) -> Server:
+    """benchmarks.live.Server with ``extra`` in its environment (``env=`` where it has one)."""
+    if "env" in inspect.signature(Server).parameters:
+        server = Server(url, debug=True, env=extra)
+        server.start()
+        return server
+    server = Server(url, debug=True)
+    with environ(extra):  # Server.start() copies os.environ for the server
+        server.start()
+    return server
+
+
+@dataclass
+class Site:
+    url: str
+    database_url: str
+    env: dict[str, str]
+    worker: Worker
+
+    def shell(self, code: str) -> None:
+        """``manage.py shell -c code`` against the site's database and broker."""
+        done = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", code],
+            cwd=ROOT, env={**os.environ, **self.env}, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, f"manage.py shell failed:\n{done.stdout}\n{done.stderr}"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    import redis
+
+    workdir = tmp_path_factory.mktemp("e2e-hitl")
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.flushdb()  # this test's own Redis database only
+    finally:
+        client.close()
+    with temp_database("postgres" if PG else "sqlite", workdir) as url:
+        manage(url, "migrate", "--no-input", "-v0")
+        env = {
+            "DATABASE_URL": url,
+            "DJANGO_SETTINGS_MODULE": "sagaboard.settings",
+            "CELERY_BROKER_URL": REDIS_URL,
+            "SAGABOARD_TASKS_EAGER": "0",  # the worker runs the undos, not whoever enqueues
+            "SAGABOARD_SECRET_KEY": os.environ.get("SAGABOARD_SECRET_KEY", "live-test-only"),
+        }
+        worker = Worker(env, workdir / "worker.log")
+        try:
+            server = start_server(url, env)
+            try:
+                worker.wait_ready()
+                site = Site(server.url, url, env, worker)
+                site.shell(MAKE_PEOPLE)
+                yield site
+            finally:
+                server.stop()
+        finally:
+            worker.stop()
+
+
+# ---------------------------------------------------------------- browsers
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=WAIT_MS)
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} missing: .ci/run installs Debian's chromium"
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"],
+        )  # fmt: skip
+        yield chromium
+        chromium.close()
+
+
+@dataclass
+class Tab:
+    """A page of a logged-in user, with its console errors and any dialog it opened."""
+
+    page: Any
+    errors: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+
+    def mark(self) -> None:
+        """Leave a mark in the page's window: a reload or navigation wipes it."""
+        self.page.evaluate("window.__marker = 1")
+
+    def assert_not_reloaded(self) -> None:
+        assert self.page.evaluate("window.__marker") == 1, "the page was reloaded"
+
+    def screenshot(self, name: str) -> None:
+        ARTIFACTS.mkdir(exist_ok=True)
+        self.page.bring_to_front()  # a tab in the background paints slowly
+        self.page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+
+
+class Person:
+    """One browser context, logged in through the login form."""
+
+    def __init__(self, browser: Any, site: Site, username: str) -> None:
+        self.site = site
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.tabs: list[Tab] = []
+        login = self.tab("/login/")
+        login.page.fill("input[name=username]", username)
+        login.page.fill("input[name=password]", PASSWORD)
+        login.page.click("button[type=submit]")
+        login.page.wait_for_selector("#saga-rows")
+        assert login.page.locator("header.top .who").inner_text() == username
+
+    def tab(self, path: str) -> Tab:
+        tab = Tab(self.context.new_page())
+        page = tab.page
+        page.set_default_timeout(WAIT_MS)
+        page.on("console", lambda m: tab.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: tab.errors.append(str(e)))
+
+        def on_dialog(dialog: Any) -> None:
+            tab.dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        page.on("dialog", on_dialog)
+        self.tabs.append(tab)
+        page.goto(self.site.url + path)
+        return tab
+
+    def console_errors(self) -> list[str]:
+        return [error for tab in self.tabs for error in tab.errors]
+
+    def dialogs(self) -> list[str]:
+        return [message for tab in self.tabs for message in tab.dialogs]
+
+
+@pytest.fixture
+def people(browser: Any, site: Site) -> Iterator[tuple[Person, Person]]:
+    made: list[Person] = []
+    try:
+        for username in ("ann", "olga"):
+            made.append(Person(browser, site, username))
+        yield made[0], made[1]
+    finally:
+        for person in made:
+            person.context.close()
+
+
+# ---------------------------------------------------------------- the scenario
+
+
+def saga_status(tab: Tab) -> Any:
+    return tab.page.locator("h1 > .status")
+
+
+def step(tab: Tab, tool: str) -> Any:
+    return tab.page.locator("ol.timeline > li.step").filter(
+        has=tab.page.locator("h3", has_text=f"· {tool}")
+    )
+
+
+def step_states(tab: Tab) -> Any:
+    return tab.page.locator("ol.timeline > li.step h3 > .status")
+
+
+def test_an_approved_undo_fails_in_the_worker_and_an_operator_retries_it_to_rolled_back(
+    site: Site, people: tuple[Person, Person]
+) -> None:
+    from playwright.sync_api import expect
+
+    ann, olga = people
+    # Both pages are open before the saga exists: everything that follows arrives live.
+    queue = ann.tab("/approvals/")
+    expect(queue.page.locator("#approval-items li.approval")).to_have_count(0)
+    expect(queue.page.locator("#no-approvals")).to_be_visible()
+    queue.mark()
+    attention = olga.tab("/attention/")
+    expect(attention.page.locator("#attention-body")).to_contain_text(
+        "No failed undos wait for an operator."
+    )
+    attention.mark()
+
+    site.shell(make_saga(SAGA_ID, return_fails_first=1))
+
+    # The worker runs the rollback up to the refund's undo, which waits for an approver.
+    item = queue.page.locator("#approval-items li.approval")
+    try:
+        expect(item).to_have_count(1)
+    except AssertionError:
+        site.worker.check_alive()
+        raise AssertionError(f"no approval reached the queue\n{site.worker.tail()}") from None
+    expect(item.locator("header")).to_contain_text("Undo refund_payment")
+    expect(item.locator("header")).to_contain_text("storebot-return")
+    expect(item.locator("p.error")).to_have_text(
+        "Rollback began because generate_label failed: FedEx API returned 500"
+    )
+    expect(queue.page.locator("#no-approvals")).to_be_hidden()
+    expect(item.get_by_role("button", name="Approve undo")).to_be_visible()
+    queue.assert_not_reloaded()
+    queue.screenshot("approval-queue.png")
+
+    detail = olga.tab(f"/sagas/{PROJECT}/{SAGA_ID}/")
+    expect(saga_status(detail)).to_have_text("COMPENSATING")
+    expect(step_states(detail)).to_have_text(["COMPLETED", "AWAITING_APPROVAL", "FAILED"])
+    expect(step(detail, "refund_payment").locator(".approval-record")).to_contain_text("PENDING")
+    detail.mark()
+
+    # ann approves with a reason; the item leaves her queue, the worker goes on.
+    item.locator("input[name=reason]").fill("label outage: the refund must be reversed")
+    item.get_by_role("button", name="Approve undo").click()
+    expect(queue.page.locator("#flash")).to_have_text("refund_payment (storebot-return): approved.")
+    expect(queue.page.locator("#approval-items li.approval")).to_have_count(0)
+    expect(queue.page.locator("#no-approvals")).to_be_visible()
+    queue.assert_not_reloaded()
+
+    # The refund's undo runs; return_item's undo fails: ROLLBACK_FAILED, live, on both pages.
+    try:
+        expect(saga_status(detail)).to_have_text("ROLLBACK_FAILED")
+    except AssertionError:
+        site.worker.check_alive()
+        raise AssertionError(f"the rollback did not fail\n{site.worker.tail()}") from None
+    expect(step_states(detail)).to_have_text(["ROLLBACK_FAILED", "ROLLED_BACK", "FAILED"])
+    expect(detail.page.locator("p.banner.error")).to_contain_text("Rollback failed")
+    approval = step(detail, "refund_payment").locator(".approval-record")
+    expect(approval).to_contain_text("APPROVED")
+    expect(approval).to_contain_text("approved by ann")
+    expect(approval).to_contain_text("label outage: the refund must be reversed")
+    failed_attempts = step(detail, "return_item").locator("table.attempts tbody tr")
+    expect(failed_attempts).to_have_count(1)
+    expect(failed_attempts.first).to_contain_text("#1")
+    expect(failed_attempts.first).to_contain_text("failed")
+
+    failure = attention.page.locator("li.failure")
+    expect(failure).to_have_count(1)
+    expect(failure.locator("strong")).to_have_text("return_item")
+    expect(failure.locator(".status")).to_have_text("ROLLBACK_FAILED")
+    expect(failure.locator("p.error")).to_contain_text(
+        "warehouse return cancellation: upstream timed out (attempt 1)"
+    )
+    expect(failure).to_contain_text(SAGA_ID)
+    expect(failure.get_by_role("button", name="Retry undo")).to_be_visible()
+    attention.assert_not_reloaded()
+    attention.screenshot("needs-attention.png")
+
+    # olga retries (no confirmation for a retry); the worker's attempt #2 succeeds.
+    failure.get_by_role("button", name="Retry undo").click()
+    expect(attention.page.locator("#flash")).to_have_text(
+        "Retry requested: return_item (step-1) in storebot-return."
+    )
+    try:
+        expect(saga_status(detail)).to_have_text("ROLLED_BACK")
+    except AssertionError:
+        site.worker.check_alive()
+        raise AssertionError(
+            f"the retry did not finish the rollback\n{site.worker.tail()}"
+        ) from None
+    expect(step_states(detail)).to_have_text(["ROLLED_BACK", "ROLLED_BACK", "FAILED"])
+    expect(detail.page.locator("p.banner.error")).to_have_count(0)
+    attempts = step(detail, "return_item").locator("table.attempts tbody tr")
+    expect(attempts).to_have_count(2)
+    second = attempts.nth(1).locator("td")
+    expect(second.nth(0)).to_have_text("#2")
+    expect(second.nth(1)).to_have_text("succeeded")
+    expect(second.nth(3)).to_have_text("user:olga")
+    expect(attention.page.locator("li.failure")).to_have_count(0)
+    expect(attention.page.locator("#attention-body")).to_contain_text(
+        "No failed undos wait for an operator."
+    )
+    detail.assert_not_reloaded()
+    attention.assert_not_reloaded()
+    detail.screenshot("hitl-saga-rolled-back.png")
+
+    assert ann.console_errors() == []
+    assert olga.console_errors() == []
+    assert ann.dialogs() == [] and olga.dialogs() == []
+    site.worker.check_alive()
+
+
+class StaleHeading(AssertionError):
+    """The bug the xfail below expects (anything else failing there fails the test)."""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=StaleHeading,
+    reason="the approval queue's heading counts the approvals rendered with the page "
+    "('(0 waiting, oldest first)') and is not updated when an approval arrives live, so it "
+    "says 0 waiting next to the item (templates/sagaboard/approval_queue.html; the live "
+    "fragment from consumers._render_queue only appends the item)",
+)
+def test_the_queue_heading_counts_an_approval_that_arrived_live(
+    site: Site, people: tuple[Person, Person]
+) -> None:
+    from playwright.sync_api import expect
+
+    ann, _ = people
+    saga_id = "storebot-hitl-count"
+    queue = ann.tab("/approvals/")
+    heading = queue.page.locator("h1")
+    waiting = queue.page.locator("#approval-items li.approval").count()
+    expect(heading).to_contain_text(f"({waiting} waiting")  # rendered with the page: right
+    queue.mark()
+    site.shell(make_saga(saga_id, return_fails_first=0))
+    link = queue.page.locator(f"a[href='/sagas/{PROJECT}/{saga_id}/']")
+    item = queue.page.locator("#approval-items li.approval").filter(has=link)
+    try:
+        expect(item.locator("header")).to_contain_text("Undo refund_payment")
+        queue.assert_not_reloaded()
+        try:
+            # The item and the heading should change together: one swap, no waiting.
+            expect(heading).to_contain_text(f"({waiting + 1} waiting", timeout=2_000)
+        except AssertionError as stale:
+            raise StaleHeading(str(stale).splitlines()[0] + " " + heading.inner_text()) from None
+    finally:
+        # Leave nothing pending: approve it, and the worker rolls the saga back.
+        if item.count():
+            item.locator("input[name=reason]").fill("clean-up")
+            item.get_by_role("button", name="Approve undo").click()
+            expect(item).to_have_count(0)
+            assert ann.console_errors() == []
