@@ -74,11 +74,18 @@ class Server:
     """uvicorn serving sagaboard on 127.0.0.1; stop() and start() again on the same port."""
 
     def __init__(
-        self, database_url: str, *, settings: str = "sagaboard.settings", debug: bool = False
+        self,
+        database_url: str,
+        *,
+        settings: str = "sagaboard.settings",
+        debug: bool = False,
+        env: dict[str, str] | None = None,
     ) -> None:
+        """``env`` adds to (or overrides) the server's environment, e.g. ``REDIS_URL``."""
         self.database_url = database_url
         self.settings = settings
         self.debug = debug
+        self.extra_env = dict(env or {})
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -92,6 +99,7 @@ class Server:
             "SAGABOARD_DEBUG": "1" if self.debug else "0",
             "SAGABOARD_SECRET_KEY": os.environ.get("SAGABOARD_SECRET_KEY", "live-test-only"),
             "SAGABOARD_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            **self.extra_env,
         }
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "sagaboard.asgi:application",

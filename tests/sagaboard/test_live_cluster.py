@@ -1,0 +1,206 @@
+"""The live feed across real processes: uvicorn web servers, a saga made by another process.
+
+Embedded (no ``REDIS_URL``): the one web process relays the event log to its browsers.
+Production (``REDIS_URL``, two web processes): one process holds the relay lease and
+publishes through Redis to both; when it dies the other takes over, so browsers keep
+getting every event, exactly once. Servers run on their own database (a SQLite file,
+or a fresh PostgreSQL database when the suite runs on PostgreSQL); every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack, suppress
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from websockets.sync.client import ClientConnection, connect
+from websockets.typing import Origin
+
+from benchmarks.live import Server, manage, temp_database
+from benchmarks.live_latency import RELAY_KEYS, load_demo, redis_scratch
+
+pytestmark = pytest.mark.slow
+
+PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
+REDIS_SERVER = os.environ.get("SAGABOARD_TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
+LEADER = RELAY_KEYS[0]
+ARRIVAL_SECONDS = 10.0  # a relayed event reaches browsers in well under a second
+FAILOVER_SECONDS = 15.0  # lease TTL (3 s) + a stand-by's retry (1 s) + slack for slow CI
+LOG_ID = re.compile(r'data-last="(\d+)"')
+
+# A saga of a few events made outside the web servers; prints its event log ids.
+MAKE_SAGA = (
+    "import json; from sagaboard.models import Event, Project; "
+    "from sagaboard.storage import DjangoStore; from undo_core import Saga, define_tool; "
+    "store = DjangoStore(Project.objects.get(slug='demo')); "
+    "s = Saga('cluster', saga_id={saga_id!r}, store=store); "
+    "s.execute(define_tool('reserve_stock', lambda i: 1, lambda o, i: None), {{}}); s.complete(); "
+    "print(json.dumps(list(Event.objects.filter(saga__saga_id={saga_id!r})"
+    ".order_by('pk').values_list('pk', flat=True))))"
+)
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database of the suite's kind with the demo project and the demo/demo login.
+
+    Shared by this module's tests (each makes sagas of its own ids): setting one up
+    takes seconds.
+    """
+    with temp_database("postgres" if PG else "sqlite", tmp_path_factory.mktemp("live")) as url:
+        load_demo(url)
+        yield url
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """A Redis database index of this test's own (see ``redis_scratch`` for why)."""
+    with redis_scratch(REDIS_SERVER, hold_seconds=120) as url:
+        yield url
+
+
+def make_saga(database_url: str, saga_id: str) -> list[int]:
+    """Run a saga in a separate process (as an agent or a worker would); its log ids."""
+    out = manage(database_url, "shell", "-v", "0", "-c", MAKE_SAGA.format(saga_id=saga_id))
+    return [int(n) for n in json.loads(out.splitlines()[-1])]  # after the shell's banner
+
+
+class Tab:
+    """A logged-in browser tab on the saga list: every fragment's log id, in arrival order."""
+
+    def __init__(self, server: Server, ws: ClientConnection) -> None:
+        self.server, self.ws = server, ws
+        self.log_ids: list[int] = []
+        self.texts: dict[int, str] = {}
+
+    def wait_for(self, wanted: list[int], seconds: float) -> None:
+        """Read fragments until every wanted log id has arrived, then a little longer.
+
+        The extra read is how a duplicate (the same event sent twice) gets caught.
+        """
+        deadline = time.monotonic() + seconds
+        while not set(wanted) <= set(self.log_ids) and time.monotonic() < deadline:
+            self._read(deadline - time.monotonic())
+        self._drain(0.5)
+
+    def _read(self, seconds: float) -> None:
+        try:
+            message = str(self.ws.recv(timeout=max(0.01, seconds)))
+        except TimeoutError:
+            return
+        for found in LOG_ID.findall(message):
+            self.log_ids.append(int(found))
+            self.texts[int(found)] = message
+
+    def _drain(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self._read(deadline - time.monotonic())
+
+
+def open_tab(stack: ExitStack, server: Server) -> Tab:
+    """Log in and open the saga list's socket; closed when ``stack`` unwinds."""
+    ws = connect(
+        server.url.replace("http://", "ws://") + "/ws/sagas/?list=1",
+        origin=Origin(server.url),
+        additional_headers={"Cookie": login(server.url)},
+        open_timeout=10,
+        close_timeout=2,
+        proxy=None,
+    )
+    stack.callback(_close_quietly, ws)
+    return Tab(server, ws.__enter__())
+
+
+def _close_quietly(ws: Any) -> None:
+    with suppress(Exception):  # a crashed server's socket is already gone
+        ws.__exit__(None, None, None)
+
+
+def login(base: str) -> str:
+    """Log in as demo the way a browser does; the Cookie header for the websocket."""
+    with httpx.Client(base_url=base, timeout=10, trust_env=False) as http:
+        http.get("/login/").raise_for_status()
+        csrf = http.cookies["csrftoken"]
+        form = {"username": "demo", "password": "demo", "csrfmiddlewaretoken": csrf}
+        http.post("/login/", data=form, headers={"Referer": f"{base}/login/"})
+        assert "sessionid" in http.cookies, "the demo login failed"
+        return f"sessionid={http.cookies['sessionid']}; csrftoken={csrf}"
+
+
+def assert_shown_once(tab: Tab, saga_id: str, log_ids: list[int], seconds: float) -> None:
+    """Every event of the saga reached the tab as a fragment naming it, and only once."""
+    tab.wait_for(log_ids, seconds)
+    missing = sorted(set(log_ids) - set(tab.log_ids))
+    assert not missing, f"{tab.server.url}: events {missing} of {saga_id} never arrived"
+    repeated = {n: c for n, c in Counter(tab.log_ids).items() if c > 1}
+    assert not repeated, f"{tab.server.url}: events sent more than once: {repeated}"
+    assert all(saga_id in tab.texts[n] for n in log_ids)
+
+
+def wait_for_leader(url: str, seconds: float = 10.0) -> None:
+    """Until some web process holds the relay lease (relays start with the first socket)."""
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    try:
+        deadline = time.monotonic() + seconds
+        while client.get(LEADER) is None:
+            assert time.monotonic() < deadline, "no web process took the relay lease"
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
+def crash(server: Server) -> None:
+    """SIGKILL: no clean shutdown, the lease is left to lapse as after a real crash."""
+    assert server.proc is not None
+    server.proc.kill()
+    server.proc.wait(timeout=10)
+    server.proc = None
+
+
+def test_embedded_a_saga_from_another_process_reaches_the_browser_once(database: str) -> None:
+    with Server(database, env={"REDIS_URL": ""}) as server, ExitStack() as stack:
+        tab = open_tab(stack, server)
+        log_ids = make_saga(database, "embedded-1")
+        assert_shown_once(tab, "embedded-1", log_ids, ARRIVAL_SECONDS)
+
+
+def test_cluster_reaches_browsers_on_both_processes_once_and_survives_leader_crashes(
+    database: str, redis_url: str
+) -> None:
+    a = Server(database, env={"REDIS_URL": redis_url})
+    b = Server(database, env={"REDIS_URL": redis_url})
+    with ExitStack() as stack:
+        stack.callback(b.stop)
+        stack.callback(a.stop)
+        a.start()
+        tab_a = open_tab(stack, a)
+        wait_for_leader(redis_url)  # A leads: it was the only process with a browser
+        b.start()
+        tab_b = open_tab(stack, b)
+
+        log_ids = make_saga(database, "cluster-1")
+        for tab in (tab_a, tab_b):
+            assert_shown_once(tab, "cluster-1", log_ids, ARRIVAL_SECONDS)
+
+        crash(a)  # the leader: B must take the lease over and relay to its own browsers
+        log_ids = make_saga(database, "cluster-2")
+        assert_shown_once(tab_b, "cluster-2", log_ids, FAILOVER_SECONDS)
+
+        a.start()  # back, standing by; B leads now
+        tab_a = open_tab(stack, a)
+        log_ids = make_saga(database, "cluster-3")
+        for tab in (tab_a, tab_b):
+            assert_shown_once(tab, "cluster-3", log_ids, ARRIVAL_SECONDS)
+
+        crash(b)  # the leader again, the other way round
+        log_ids = make_saga(database, "cluster-4")
+        assert_shown_once(tab_a, "cluster-4", log_ids, FAILOVER_SECONDS)
