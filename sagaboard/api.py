@@ -103,7 +103,7 @@ def _ingest_error(request: HttpRequest, exc: IngestError) -> HttpResponse:
 @api.exception_handler(ValidationError)
 def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     first = exc.errors[0] if exc.errors else {}
-    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "payload", "query")]
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "payload", "query", "path")]
     field = ".".join(loc).replace(".[", "[") or None
     index = None
     if len(loc) > 1 and loc[0] == "events" and loc[1].isdigit():

@@ -190,7 +190,8 @@ class ErrorOut(Out):
 class EventOut(Out):
     log_id: int
     event_id: str
-    seq: int
+    seq: int | None
+    """None for an operator's event (a decision, an action): it has no engine sequence."""
     kind: str
     step_id: str | None
     tool_name: str | None

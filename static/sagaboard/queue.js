@@ -60,10 +60,19 @@
     if (!window.confirm(message)) { e.preventDefault(); e.stopPropagation(); }
   }, true);
 
+  // Keep one copy of each live item, say when the queue is empty, and keep the count true.
   function refreshEmpty() {
     var list = document.getElementById("approval-items");
+    if (!list) return;
+    var seen = {};
+    Array.prototype.forEach.call(list.querySelectorAll("li.approval"), function (item) {
+      if (seen[item.id]) item.remove(); else seen[item.id] = true;
+    });
+    var n = list.querySelectorAll("li.approval").length;
     var note = document.getElementById("no-approvals");
-    if (list && note) note.hidden = list.querySelector("li.approval") !== null;
+    if (note) note.hidden = n > 0;
+    var count = document.getElementById("approval-count");
+    if (count) count.textContent = String(n);
   }
   document.addEventListener("DOMContentLoaded", refreshEmpty);
   document.addEventListener("htmx:oobAfterSwap", refreshEmpty);

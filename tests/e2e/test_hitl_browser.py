@@ -12,8 +12,7 @@ the saga page shows ROLLED_BACK live. No page is reloaded, no page logs a consol
 no confirmation dialog is asked for. Screenshots: test-artifacts/approval-queue.png,
 test-artifacts/needs-attention.png and test-artifacts/hitl-saga-rolled-back.png.
 
-A second test (strict xfail, a known bug) checks that the queue's heading counts an
-approval that arrived live.
+A second test checks that the queue's heading counts an approval that arrived live.
 
 Every wait is bounded (``WAIT_MS``). Redis: ``SAGABOARD_TEST_HITL_REDIS_URL`` (default
 redis://127.0.0.1:6379/7), a database of its own, flushed at the start.
@@ -426,14 +425,6 @@ class StaleHeading(AssertionError):
     """The bug the xfail below expects (anything else failing there fails the test)."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=StaleHeading,
-    reason="the approval queue's heading counts the approvals rendered with the page "
-    "('(0 waiting, oldest first)') and is not updated when an approval arrives live, so it "
-    "says 0 waiting next to the item (templates/sagaboard/approval_queue.html; the live "
-    "fragment from consumers._render_queue only appends the item)",
-)
 def test_the_queue_heading_counts_an_approval_that_arrived_live(
     site: Site, people: tuple[Person, Person]
 ) -> None:
