@@ -94,12 +94,10 @@ return 0
 class RedisLease:
     """A lease in Redis: the holder relays for the cluster, renewed at a third of its life."""
 
-    KEY = "sagaboard:relay:leader"
-    CURSOR = "sagaboard:relay:cursor"
-
-    def __init__(self, url: str, ttl_seconds: float = 3.0) -> None:
+    def __init__(self, url: str, prefix: str = "sagaboard", ttl_seconds: float = 3.0) -> None:
         import redis.asyncio as aioredis
 
+        self.KEY, self.CURSOR = f"{prefix}:relay:leader", f"{prefix}:relay:cursor"
         self.redis = aioredis.from_url(url)
         self.token = uuid.uuid4().hex
         self.ttl = ttl_seconds
@@ -161,8 +159,14 @@ class Relay:
             return
         if self.last_id is None:
             shared = await self.leadership.cursor()
-            if shared is not None:
+            newest = await _last_event_id()
+            if shared is not None and shared <= newest:
                 self.last_id = shared
+            elif shared is not None:  # a cursor from another database (left over, restored)
+                log.warning(
+                    "relay cursor %s is past the log's end %s: starting there", shared, newest
+                )
+                self.last_id = newest
             elif self.start_after is not None:
                 self.last_id = self.start_after
             else:
@@ -194,7 +198,7 @@ _relays: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Relay] = weakref.W
 
 def _leadership() -> Leadership:
     url = getattr(settings, "REDIS_URL", "")
-    return RedisLease(url) if url else AlwaysLead()
+    return RedisLease(url, settings.SAGABOARD_REDIS_PREFIX) if url else AlwaysLead()
 
 
 def relay(start_after: int | None = None) -> Relay:

@@ -11,11 +11,15 @@ interrupted by a crash is run again with the same key.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
+from django.utils import timezone
 
 from sagaboard import approvals, audit_log, undo_kinds
 from sagaboard.models import Approval, Saga, Step
@@ -72,11 +76,40 @@ class ServerGate:
         return Decision.leave(reason="left for an operator: retry, resolve or leave it failed")
 
 
-def _tools(saga: Saga, outputs: dict[str, str]) -> dict[str, Tool]:
+@contextmanager
+def _lease_kept(saga: Saga, owner: str) -> Iterator[None]:
+    """Renew the worker's lease while an undo runs, however long it takes.
+
+    The engine renews only when it writes; an undo that outlasted the lease would
+    look orphaned and be run a second time, at once, by another worker.
+    """
+    seconds = settings.SAGABOARD_WORKER_LEASE_SECONDS
+    stop = threading.Event()
+
+    def renew() -> None:
+        try:
+            while not stop.wait(seconds / 3):
+                Saga.objects.filter(pk=saga.pk, lease_owner=owner).update(
+                    lease_expires_at=timezone.now() + timedelta(seconds=seconds)
+                )
+        finally:
+            connection.close()  # this thread's own connection
+
+    keeper = threading.Thread(target=renew, name=f"lease-{saga.saga_id}", daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join()
+
+
+def _tools(saga: Saga, outputs: dict[str, str], owner: str) -> dict[str, Tool]:
     steps = {s.step_id: s for s in saga.steps.all()}
 
     def undo(output: Any, input: Any, ctx: UndoContext) -> None:
-        outputs[ctx.step_id] = undo_kinds.run(saga, steps[ctx.step_id], ctx)
+        with _lease_kept(saga, owner):
+            outputs[ctx.step_id] = undo_kinds.run(saga, steps[ctx.step_id], ctx)
 
     tools: dict[str, Tool] = {}
     for step in steps.values():
@@ -93,6 +126,8 @@ def attached(saga: Saga) -> Iterator[EngineSaga]:
     """The saga in the engine, held under this worker's lease until the block ends."""
     outputs: dict[str, str] = {}
     project = saga.project
+    # host:pid first, so recovery can tell at once when this worker has died.
+    owner = f"{default_owner()}:worker"
 
     def needs_approval(snapshot: Any) -> bool:
         step = Step.objects.get(saga=saga, step_id=snapshot.id)
@@ -102,8 +137,8 @@ def attached(saga: Saga) -> Iterator[EngineSaga]:
         engine = EngineSaga.restore(
             DjangoStore(project),
             saga.saga_id,
-            _tools(saga, outputs),
-            owner=f"worker:{default_owner()}",
+            _tools(saga, outputs, owner),
+            owner=owner,
             lease_seconds=settings.SAGABOARD_WORKER_LEASE_SECONDS,
             gate=ServerGate(saga),
             approval_policy=needs_approval,
@@ -142,28 +177,22 @@ def step_action_run(step_pk: int) -> str:
     if not request:
         return "nothing pending"
     saga, by = step.saga, request.get("by")
-    try:
-        with attached(saga) as engine:
+    failed = (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT)
+    with attached(saga) as engine:  # Busy (another worker holds it): the request stays
+        try:
             state = engine.step(step.step_id).state
             if state is StepState.COMPENSATING:
-                engine.resume_rollback(actor=by)  # redelivered after a crash: finish that attempt
-            elif request["action"] == "retry" and state in (
-                StepState.ROLLBACK_FAILED,
-                StepState.IN_DOUBT,
-            ):
+                engine.resume_rollback(actor=by)  # redelivered after a crash: finish it
+            elif request["action"] == "retry" and state in failed:
                 engine.retry_compensation(step.step_id, actor=by)
-            elif request["action"] == "resolve" and state in (
-                StepState.ROLLBACK_FAILED,
-                StepState.IN_DOUBT,
-            ):
+            elif request["action"] == "resolve" and state in failed:
                 engine.resolve(step.step_id, request["reason"], actor=by)
             settled = engine.step(step.step_id).state in (StepState.ROLLED_BACK, StepState.RESOLVED)
             if settled and engine.status in (SagaStatus.ROLLBACK_FAILED, SagaStatus.COMPENSATING):
                 engine.resume_rollback(actor=by)  # the rest of a halted rollback goes on
-            outcome = str(engine.step(step.step_id).state)
-    finally:
-        Step.objects.filter(pk=step.pk).update(pending_action=None)
-    return outcome
+            return str(engine.step(step.step_id).state)
+        finally:
+            Step.objects.filter(pk=step.pk).update(pending_action=None)
 
 
 def orphaned_work(*, stale_seconds: float = 30.0) -> list[tuple[str, int]]:

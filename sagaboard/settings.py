@@ -9,6 +9,8 @@ Environment:
                              process. Set (redis://host:6379/0): channels_redis, so several
                              web processes share live updates (one of them relays the log).
     SAGABOARD_LIVE_POLL_SECONDS  how often the relay reads the event log (default 0.025).
+    SAGABOARD_REDIS_PREFIX   prefix of every name in Redis (default "sagaboard"); one per
+                             installation sharing a Redis server.
 """
 
 import importlib.util
@@ -142,11 +144,14 @@ USE_TZ = True
 # holds the relay lease and publishes through Redis to every web process.
 SAGABOARD_LIVE_POLL_SECONDS = float(os.environ.get("SAGABOARD_LIVE_POLL_SECONDS", "0.025"))
 REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+# Names in Redis start with this: two sagaboards on one Redis must not share it (pub/sub
+# channels ignore Redis's database number).
+SAGABOARD_REDIS_PREFIX = os.environ.get("SAGABOARD_REDIS_PREFIX", "sagaboard").strip()
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": "sagaboard"},
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": SAGABOARD_REDIS_PREFIX},
         }
     }
 else:
@@ -188,6 +193,10 @@ if CELERY_BROKER_URL == "filesystem://":
         "data_folder_in": str(_queue_dir),
         "data_folder_out": str(_queue_dir),
     }
+else:
+    # A task not acknowledged (its worker died) is delivered again after this long; the
+    # sweep usually recovers the work sooner (see sagaboard/tasks.py).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 900}
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -1,8 +1,11 @@
 """Celery tasks: thin wrappers that call services (sagaboard.runner, approvals, notifications).
 
-Every task is acknowledged late: a worker killed mid-undo has its task delivered
-again, and the engine re-runs the interrupted attempt with the same idempotency
-key. A saga held by another live worker is retried after a pause.
+Every task is acknowledged late. A worker killed mid-undo leaves its saga's lease
+behind: on the same host the next worker sees the owner's process is gone and
+takes over at once, elsewhere when the lease lapses; the periodic sweep finds
+such sagas (and operators' requests whose task was lost) and queues them again,
+and the engine re-runs the interrupted undo with the same idempotency key. A
+saga held by another live worker is retried after a pause.
 """
 
 from __future__ import annotations

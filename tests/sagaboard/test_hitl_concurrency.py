@@ -551,12 +551,6 @@ def test_a_retry_while_a_retry_runs_is_refused_and_the_undo_never_runs_twice_at_
 # ---------------------------------------------------------------- bugs this module exposes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.step_action_run clears Step.pending_action in its `finally` even when "
-    "attached() raised Busy, so the Celery retry finds 'nothing pending' and the "
-    "operator's retry is silently dropped",
-)
 def test_a_retry_asked_while_another_worker_holds_the_saga_is_not_lost(
     shop: Project, probe: UndoProbe
 ) -> None:
@@ -584,12 +578,6 @@ def test_a_retry_asked_while_another_worker_holds_the_saga_is_not_lost(
     assert runner.step_action_run(step.pk) == "ROLLED_BACK"  # the task's retry
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the worker's lease is renewed only when the engine writes, not while an undo "
-    "runs: once SAGABOARD_WORKER_LEASE_SECONDS pass inside one undo, orphaned_work() "
-    "lists the saga and a second worker attaches and runs the same undo concurrently",
-)
 def test_an_undo_longer_than_the_lease_is_not_run_again_concurrently(
     shop: Project, probe: UndoProbe, settings: Any
 ) -> None:
