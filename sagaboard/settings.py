@@ -192,6 +192,7 @@ if CELERY_BROKER_URL == "filesystem://":
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue_dir),
         "data_folder_out": str(_queue_dir),
+        "control_folder": str(VAR_DIR / "celery-control"),
     }
 else:
     # A task not acknowledged (its worker died) is delivered again after this long; the
