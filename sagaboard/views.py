@@ -45,10 +45,9 @@ def overview(request: HttpRequest) -> HttpResponse:
 @require_GET
 def saga_list(request: HttpRequest) -> HttpResponse:
     """Sagas newest first; filter by project, status, tool, name/id and time; keyset pages."""
-    projects = selectors.projects_for_user(request.user)
+    mine = selectors.projects_for_user(request.user)
     chosen = request.GET.get("project", "")
-    if chosen:
-        projects = [p for p in projects if p.slug == chosen]
+    projects = [p for p in mine if p.slug == chosen] if chosen else mine
     statuses = [s for s in request.GET.getlist("status") if s in SagaStatus.__members__]
     since = SINCE.get(request.GET.get("since", ""))
     error = ""
@@ -85,7 +84,7 @@ def saga_list(request: HttpRequest) -> HttpResponse:
         {
             "sagas": rows,
             "next_cursor": next_cursor,
-            "projects": selectors.projects_for_user(request.user),
+            "projects": mine,
             "statuses": [s.value for s in SagaStatus],
             "since_choices": [
                 ("", "any time"),
