@@ -84,11 +84,11 @@ def run(count: int, repeat: int, db: str) -> None:
 
 def pages(project: object, repeat: int, db: str, count: int, cursor: str) -> None:
     """Whole pages through Django's test client: view, queries, template, as a user sees them."""
+    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.core.cache import cache
     from django.db import connection
     from django.test import Client
-    from django.conf import settings
     from django.test.utils import CaptureQueriesContext
 
     # Not setup_test_environment(): it instruments template rendering, which is not
