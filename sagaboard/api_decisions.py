@@ -56,6 +56,11 @@ class ApprovalOut(Out):
     decided_at: datetime | None
 
 
+class ApprovalRuleOut(Out):
+    needed: bool
+    why: str | None
+
+
 class DecisionOut(Out):
     action: Literal["retry", "resolve", "leave"] | None
     by: str | None
@@ -80,6 +85,17 @@ class AckOut(Out):
 def _token(request: HttpRequest) -> ApiToken:
     token: ApiToken = request.auth  # type: ignore[attr-defined]
     return token
+
+
+@router.get(
+    "/sagas/{saga_id}/steps/{step_id}/approval-rule",
+    response={200: ApprovalRuleOut, **ERRORS},
+    summary="Does sagaboard want approval for this step's undo?",
+)
+def approval_rule(request: HttpRequest, saga_id: str, step_id: str) -> dict[str, Any]:
+    """``{"needed", "why"}`` from the project's policies (and command undos)."""
+    project = _token(request).project
+    return decisions.approval_rule(project=project, saga_id=saga_id, step_id=step_id)
 
 
 @router.post(

@@ -111,6 +111,16 @@ def approval_request(*, project: Project, saga_id: str, step_id: str, why: str |
     return approvals.approval_open(step.saga, step, reason)
 
 
+def approval_rule(*, project: Project, saga_id: str, step_id: str) -> dict[str, Any]:
+    """Whether sagaboard's rules (its policies, a command undo) want a person for this undo.
+
+    Asked by the agent's gate before an undo its own process would run unattended,
+    so the admins' policies hold for sagas the agent runs too.
+    """
+    why = approvals.approval_reason(project, _step(project, saga_id, step_id))
+    return {"needed": why is not None, "why": why}
+
+
 def approval_view(approval: Approval) -> dict[str, Any]:
     """An approval as the API shows it. ``decided_by``: who voted for how it stands."""
     wanted = (

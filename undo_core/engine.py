@@ -638,12 +638,28 @@ class SagaCore:
             return StepRowOutcome.LEFT
         if state is StepState.ROLLBACK_FAILED:
             return (yield from self._handle_failure(step, actor))
+        why: str | None = None
         if state is StepState.COMPLETED:
             why = self._approval_reason(step)
+            if why is None and hasattr(self._gate, "approval_needed"):
+                asked = yield Ask(
+                    "approval_needed", ApprovalRequest(self.id, self.name, step.snapshot(), "")
+                )
+                assert asked is not None
+                if asked.error is not None:
+                    # Could not learn whether a person must decide: do not run it unattended.
+                    log.warning(
+                        "gate could not say if %s/%s needs approval: %r",
+                        self.id,
+                        step.id,
+                        asked.error,
+                    )
+                    return StepRowOutcome.WAITING
+                why = str(asked.value) if asked.value else None
             if why is not None:
                 self._step_to(step, StepState.AWAITING_APPROVAL, actor=actor, detail=why)
         if step.state is StepState.AWAITING_APPROVAL:
-            why = self._approval_reason(step) or "awaiting approval"
+            why = why or self._approval_reason(step) or "awaiting approval"
             request = ApprovalRequest(self.id, self.name, step.snapshot(), why)
             outcome = yield Ask("approve_compensation", request)
             assert outcome is not None

@@ -6,6 +6,10 @@ A gate answers two questions, each with a :class:`Decision`:
   or ``WAIT``: nobody has decided yet, so the rollback stops before this undo
   (older steps must not be undone before newer ones) and the saga stays
   COMPENSATING until ``resume_rollback()`` asks again.
+* optional ``approval_needed(request)``: asked before an undo that nothing in this
+  process flags for approval; a reason string makes it wait for approval like a
+  flagged one, ``None`` lets it run (sagaboard's gate asks the server's policies).
+  If it raises, the undo does not run unattended: the rollback pauses there.
 * ``compensation_failed(request)``: under ``on_compensation_failure="halt"``,
   an undo failed; ``RETRY`` it, ``RESOLVE`` it (handled by hand) or ``LEAVE``
   it for a human and stop the cascade.

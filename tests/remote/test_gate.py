@@ -69,6 +69,8 @@ class Decisions:
     asked_in_state: list[str] = field(default_factory=list)
     seen: list[tuple[float, str, str]] = field(default_factory=list)
     failures: deque[str] = field(default_factory=deque)
+    rules: dict[str, str] = field(default_factory=dict)
+    """The server's policies: tool name -> why its undo needs approval."""
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -127,7 +129,9 @@ class Decisions:
     def _route(self, request: httpx.Request) -> httpx.Response | Callable[[bool], Any]:
         path = request.url.path
         parts = path.removeprefix("/api/v1/").split("/")
-        mine = parts[0] == "approvals" or parts[-1] in ("approval", "decision", "ack")
+        mine = parts[0] == "approvals" or parts[-1] in (
+            "approval", "decision", "ack", "approval-rule"
+        )
         if not mine:
             return self.fake.handle(request)
         with self._lock:
@@ -146,6 +150,9 @@ class Decisions:
         step = self.fake.steps.get(saga_id, {}).get(step_id)
         if step is None:
             return _error(404, "not_found", f"no step {step_id!r} in saga {saga_id!r}")
+        if parts[-1] == "approval-rule":
+            why = self.rules.get(step["tool_name"])
+            return httpx.Response(200, json={"needed": why is not None, "why": why})
         if parts[-1] == "approval":
             return self._ask(saga_id, step_id, step["state"], body or {})
         if parts[-1] == "decision":
@@ -327,6 +334,25 @@ def test_an_approved_undo_runs_and_the_rollback_finishes(
     # The store was flushed before asking: the server had the step waiting.
     assert decisions.asked_in_state == ["AWAITING_APPROVAL"]
     assert len(decisions.paths("POST", "/approval")) == 1
+
+
+def test_the_servers_policy_holds_an_undo_nothing_local_flags(
+    decisions: Decisions, client: SagaboardClient, store: SagaboardStore
+) -> None:
+    undone: list[str] = []
+    decisions.rules["return_item"] = "policy 'returns' (v1) matched"
+    saga = Saga("storebot", store=store, gate=SagaboardGate(client, store=store, **FAST))
+    thread = soon(
+        lambda: decisions.approval_for(saga.id, "step-1"),
+        lambda a: decisions.decide(a["id"], "APPROVED"),
+    )
+    refund = approve_when_asked(decisions, saga)
+    run_storebot(saga, storebot(undone))
+    thread.join(5)
+    refund.join(5)
+    assert saga.status is SagaStatus.ROLLED_BACK and undone == ["refund_payment", "return_item"]
+    assert saga.step("step-1").decided_by == "user:ann"
+    assert len(decisions.paths("GET", "/approval-rule")) >= 1
 
 
 def test_a_rejected_undo_does_not_run(

@@ -477,3 +477,13 @@ def test_a_waiting_agent_hears_an_operators_retry_given_meanwhile(api: Api, shop
     thread.join(10)
     assert response.json()["action"] == "retry" and response.json()["by"] == "user:olga"
     assert 0.4 <= took < 5, took
+
+
+def test_the_approval_rule_reports_the_projects_policies(
+    api: Api, awaiting: str, shop: Project, outsider: Api
+) -> None:
+    path = f"/sagas/{awaiting}/steps/step-1/approval-rule"
+    assert api.get(path).json() == {"needed": False, "why": None}
+    ApprovalPolicy.objects.create(project=shop, name="returns", tool_glob="return_*")
+    assert api.get(path).json() == {"needed": True, "why": "policy 'returns' (v1) matched"}
+    assert outsider.get(path).status_code == 404

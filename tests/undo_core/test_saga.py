@@ -428,6 +428,42 @@ def test_an_undecided_approval_pauses_the_rollback_in_order_until_resumed(kit: A
     assert saga.steps[1].decided_by == "ann"
 
 
+class RuledGate(ScriptedGate):
+    """A gate that also knows rules of its own (as sagaboard's policies)."""
+
+    def __init__(self, rule: Any) -> None:
+        super().__init__()
+        self.rule = rule
+
+    def approval_needed(self, request: Any) -> str | None:
+        return self.rule(request.step)
+
+
+def test_a_gate_can_ask_for_approval_of_an_undo_nothing_local_flags(kit: Any) -> None:
+    calls: list[str] = []
+    gate = RuledGate(
+        lambda step: "policy 'refunds'" if step.tool_name == "refund_payment" else None
+    )
+    saga = kit.saga(gate=gate)
+    run_storebot(kit, saga, storebot(kit, calls))
+    assert [(r.step.tool_name, r.why) for r in gate.approval_requests] == [
+        ("refund_payment", "policy 'refunds'")
+    ]
+    assert saga.status is SagaStatus.ROLLED_BACK
+
+
+def test_an_undo_whose_rule_cannot_be_read_does_not_run_unattended(kit: Any) -> None:
+    calls: list[str] = []
+
+    def unreachable(step: Any) -> str | None:
+        raise ConnectionError("policy server down")
+
+    saga = kit.saga(gate=RuledGate(unreachable))
+    run_storebot(kit, saga, storebot(kit, calls))
+    assert saga.status is SagaStatus.COMPENSATING  # paused before the newest undo
+    assert not any(c.startswith("undo:") for c in calls)
+
+
 def test_the_saga_policy_decides_which_undos_need_approval(kit: Any) -> None:
     gate = ScriptedGate()
     saga = kit.saga(gate=gate, approval_policy=lambda step: step.tool_name == "refund_payment")

@@ -193,6 +193,10 @@ class _Calls:
         return _Call("POST", _saga_path(saga_id, "steps", step_id, "approval"), body=body)
 
     @staticmethod
+    def approval_rule(saga_id: str, step_id: str) -> _Call:
+        return _Call("GET", _saga_path(saga_id, "steps", step_id, "approval-rule"))
+
+    @staticmethod
     def get_approval(approval_id: int, wait: float) -> _Call:
         wait = _wait(wait)
         params = httpx.QueryParams({"wait": f"{wait:g}"}) if wait else None
@@ -385,6 +389,11 @@ class SagaboardClient:
         approval: dict[str, Any] = self._send(_Calls.request_approval(saga_id, step_id, why))
         return approval
 
+    def approval_rule(self, saga_id: str, step_id: str) -> dict[str, Any]:
+        """Whether the server's policies want a person for this undo: ``{"needed", "why"}``."""
+        rule: dict[str, Any] = self._send(_Calls.approval_rule(saga_id, step_id))
+        return rule
+
     def get_approval(self, approval_id: int, *, wait: float = 0.0) -> dict[str, Any]:
         """The approval; while PENDING the server holds the answer up to ``wait`` s (0..30)."""
         approval: dict[str, Any] = self._send(_Calls.get_approval(approval_id, wait))
@@ -564,6 +573,11 @@ class AsyncSagaboardClient:
         return steps
 
     # ------------------------------------------------------------ decisions (AsyncSagaboardGate)
+
+    async def approval_rule(self, saga_id: str, step_id: str) -> dict[str, Any]:
+        """See :meth:`SagaboardClient.approval_rule`."""
+        rule: dict[str, Any] = await self._send(_Calls.approval_rule(saga_id, step_id))
+        return rule
 
     async def request_approval(
         self, saga_id: str, step_id: str, *, why: str | None = None

@@ -244,6 +244,17 @@ class _GateRules:
         log.info("no approval for %s yet (%s): the rollback pauses here", step, answer.why)
         return Decision.wait(reason=f"no approval yet ({answer.why}); resume the rollback later")
 
+    # ------------------------------------------------------------ approval_needed
+
+    def _rule_flow(self, request: ApprovalRequest) -> _Flow[str | None]:
+        deadline = _Deadline(self.max_wait)
+        ask = _Api("approval_rule", (request.saga_id, request.step.id), {})
+        answer = yield from self._until_answered(ask, deadline, flush=True, not_found=True)
+        if isinstance(answer, _Stop):
+            # Nobody could say whether a person must decide: ask for one (safe side).
+            return f"sagaboard's policies could not be read ({answer.why})"
+        return str(answer["why"]) if answer.get("needed") else None
+
     # ------------------------------------------------------------ compensation_failed
 
     def _failure_flow(self, request: FailedCompensation) -> _Flow[Decision]:
@@ -404,6 +415,10 @@ class SagaboardGate(_GateRules):
         self.store = store
         self.cancel_event = cancel if cancel is not None else threading.Event()
 
+    def approval_needed(self, request: ApprovalRequest) -> str | None:
+        """Whether the project's policies on the server want a person for this undo."""
+        return self._run(self._rule_flow(request))
+
     def approve_compensation(self, request: ApprovalRequest) -> Decision:
         return self._run(self._approval_flow(request))
 
@@ -518,6 +533,10 @@ class AsyncSagaboardGate(_GateRules):
         self.client = client
         self.store = store
         self.cancel_event = cancel if cancel is not None else asyncio.Event()
+
+    async def approval_needed(self, request: ApprovalRequest) -> str | None:
+        """Whether the project's policies on the server want a person for this undo."""
+        return await self._run(self._rule_flow(request))
 
     async def approve_compensation(self, request: ApprovalRequest) -> Decision:
         return await self._run(self._approval_flow(request))
