@@ -43,6 +43,8 @@ $(STAMP): pyproject.toml $(wildcard undo_core/__init__.py) | $(VPY)
 	$(VPY) -m pip install --quiet -e ".[dev]"
 	@touch $@
 
+# The embedded default: SQLite, a web process and a worker; DEBUG on for a local dashboard.
+run: export SAGABOARD_DEBUG ?= 1
 run: install
 	$(VPY) manage.py migrate --no-input
 	$(VPY) manage.py sagaboard_demo

@@ -50,7 +50,12 @@ def temp_database(kind: str, workdir: Path) -> Iterator[str]:
 
 
 def manage(database_url: str, *args: str, settings: str = "sagaboard.settings") -> str:
-    env = {**os.environ, "DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": settings}
+    env = {
+        "SAGABOARD_DEBUG": "1",  # local tooling: demo data allowed (the caller's env wins)
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "DJANGO_SETTINGS_MODULE": settings,
+    }
     done = subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,

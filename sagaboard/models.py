@@ -379,3 +379,13 @@ class Notification(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["delivered_at", "next_attempt_at"], name="notify_due")]
+
+
+class Heartbeat(models.Model):
+    """A worker's sign of life, written every few seconds (``/healthz`` reads it)."""
+
+    name = models.CharField(max_length=200, unique=True)
+    at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.at:%H:%M:%S}"

@@ -11,6 +11,7 @@ interrupted by a crash is run again with the same key.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from django.db import connection
 from django.utils import timezone
 
 from sagaboard import approvals, audit_log, undo_kinds
+from sagaboard.logs import saga_context
 from sagaboard.models import Approval, Saga, Step
 from sagaboard.storage import DjangoStore
 from undo_core import (
@@ -37,6 +39,8 @@ from undo_core import (
 )
 from undo_core import Saga as EngineSaga
 from undo_core.engine import default_owner
+
+log = logging.getLogger("sagaboard.runner")
 
 
 class Busy(Exception):
@@ -108,8 +112,10 @@ def _tools(saga: Saga, outputs: dict[str, str], owner: str) -> dict[str, Tool]:
     steps = {s.step_id: s for s in saga.steps.all()}
 
     def undo(output: Any, input: Any, ctx: UndoContext) -> None:
-        with _lease_kept(saga, owner):
+        with saga_context(saga.saga_id, ctx.step_id), _lease_kept(saga, owner):
+            log.info("undo attempt %s starts (key %s)", ctx.attempt, ctx.idempotency_key)
             outputs[ctx.step_id] = undo_kinds.run(saga, steps[ctx.step_id], ctx)
+            log.info("undo attempt %s succeeded", ctx.attempt)
 
     tools: dict[str, Tool] = {}
     for step in steps.values():
@@ -146,7 +152,8 @@ def attached(saga: Saga) -> Iterator[EngineSaga]:
     except LeaseError as err:
         raise Busy(str(err)) from err
     try:
-        yield engine
+        with saga_context(saga.saga_id):
+            yield engine
     finally:
         engine.release()
         for step_id, text in outputs.items():

@@ -1,9 +1,13 @@
 """Settings for sagaboard: one module, configured through environment variables.
 
-Environment:
-    SAGABOARD_DEBUG          "1" (default) or "0".
-    SAGABOARD_SECRET_KEY     required when DEBUG is off; a dev default is used otherwise.
-    SAGABOARD_ALLOWED_HOSTS  comma-separated; defaults to localhost names when DEBUG is on.
+Every variable is listed in the README ("Configuration") and in .env.example.
+
+Environment (the main ones):
+    SAGABOARD_DEBUG          "0" (default) or "1" (`make run` sets it).
+    SAGABOARD_SECRET_KEY     set it in production (the same on every host); without it a
+                             random key is made once and kept in var/secret-key.
+    SAGABOARD_ALLOWED_HOSTS  comma-separated; defaults to localhost names.
+    SAGABOARD_HTTPS          "1" behind HTTPS: secure cookies, HSTS, redirect to https.
     DATABASE_URL             any dj-database-url URL; defaults to SQLite in var/.
     REDIS_URL                unset (default): the in-process channel layer, for one web
                              process. Set (redis://host:6379/0): channels_redis, so several
@@ -15,6 +19,7 @@ Environment:
 
 import importlib.util
 import os
+import secrets
 from pathlib import Path
 
 import dj_database_url
@@ -31,15 +36,44 @@ def _env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
-DEBUG = _env_bool("SAGABOARD_DEBUG", "1")
+VAR_DIR = BASE_DIR / "var"
 
-SECRET_KEY = os.environ.get("SAGABOARD_SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("SAGABOARD_SECRET_KEY must be set when SAGABOARD_DEBUG is off.")
-    SECRET_KEY = "django-insecure-sagaboard-dev-only-key-do-not-use-in-production"
 
-ALLOWED_HOSTS = _env_list("SAGABOARD_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
+def _local_secret_key() -> str:
+    """A random key made once for this checkout (var/secret-key, readable by its owner only).
+
+    For one host; several hosts must share SAGABOARD_SECRET_KEY, or their sessions and
+    signed values would not be understood by each other.
+    """
+    path = VAR_DIR / "secret-key"
+    if not path.exists():
+        VAR_DIR.mkdir(exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+DEBUG = _env_bool("SAGABOARD_DEBUG", "0")
+
+SECRET_KEY = os.environ.get("SAGABOARD_SECRET_KEY", "").strip() or _local_secret_key()
+if len(SECRET_KEY) < 32:
+    raise ImproperlyConfigured("SAGABOARD_SECRET_KEY must be at least 32 random characters.")
+
+ALLOWED_HOSTS = _env_list("SAGABOARD_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = _env_list("SAGABOARD_CSRF_TRUSTED_ORIGINS")
+
+# Behind HTTPS (a proxy that terminates TLS sets X-Forwarded-Proto): everything secure.
+if _env_bool("SAGABOARD_HTTPS", "0"):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]  # probes speak plain HTTP
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("SAGABOARD_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SAGABOARD_HSTS_SUBDOMAINS", "1")
+    SECURE_HSTS_PRELOAD = _env_bool("SAGABOARD_HSTS_PRELOAD", "1")
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -54,6 +88,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # static files, in every process
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -83,7 +118,6 @@ WSGI_APPLICATION = "sagaboard.wsgi.application"
 ASGI_APPLICATION = "sagaboard.asgi.application"
 
 # Database: DATABASE_URL wins; otherwise SQLite under var/ (created on demand).
-VAR_DIR = BASE_DIR / "var"
 DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
 if not DATABASE_URL:
     VAR_DIR.mkdir(exist_ok=True)
@@ -169,6 +203,15 @@ LOGOUT_REDIRECT_URL = "login"
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise looks there first
+# whitenoise serves static files from the web processes themselves (no nginx needed):
+# collected and compressed by `manage.py collectstatic` in production, straight from the
+# source folders otherwise.
+WHITENOISE_USE_FINDERS = True
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 # Undos sagaboard runs itself (sagaboard/undo_kinds.py) and the workers that run them.
 SAGABOARD_COMPENSATION_MODULES = _env_list(
@@ -204,3 +247,30 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = _env_bool("SAGABOARD_TASKS_EAGER", "0")
 CELERY_TASK_EAGER_PROPAGATES = True
 SAGABOARD_WORKER_LEASE_SECONDS = float(os.environ.get("SAGABOARD_WORKER_LEASE_SECONDS", "60"))
+
+# /metrics: open unless a token is set (then "Authorization: Bearer <token>").
+SAGABOARD_METRICS_TOKEN = os.environ.get("SAGABOARD_METRICS_TOKEN", "").strip()
+
+# Logs: JSON lines (SAGABOARD_LOG_FORMAT=json, the default when DEBUG is off) or text, to
+# stderr; lines about a saga carry its saga_id and step_id (sagaboard/logs.py).
+SAGABOARD_LOG_FORMAT = os.environ.get("SAGABOARD_LOG_FORMAT", "text" if DEBUG else "json")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"saga": {"()": "sagaboard.logs.SagaContextFilter"}},
+    "formatters": {
+        "json": {"()": "sagaboard.logs.JsonFormatter"},
+        "text": {
+            "format": "%(asctime)s %(levelname)s %(name)s [%(saga_id)s %(step_id)s] %(message)s"
+        },
+    },
+    "handlers": {
+        "stderr": {
+            "class": "logging.StreamHandler",
+            "filters": ["saga"],
+            "formatter": "json" if SAGABOARD_LOG_FORMAT == "json" else "text",
+        }
+    },
+    "root": {"handlers": ["stderr"], "level": os.environ.get("SAGABOARD_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,15 +1,15 @@
-from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import path
 
-from sagaboard import hitl_pages, policy_pages, token_pages, views
+from sagaboard import hitl_pages, policy_pages, probes, token_pages, views
 from sagaboard.api import api
 
 urlpatterns = [
     path("", views.saga_list, name="saga_list"),
     path("overview/", views.overview, name="overview"),
+    path("healthz", probes.healthz, name="healthz"),
+    path("metrics", probes.metrics, name="metrics"),
     path("tokens/", token_pages.token_list, name="token_list"),
     path("approvals/", hitl_pages.approval_queue, name="approval_queue"),
     path("approvals/<int:pk>/decide/", hitl_pages.approval_decide, name="approval_decide"),
@@ -27,6 +27,3 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
 ]
-
-if settings.DEBUG:  # the embedded default serves its own static files; production: see issue 6
-    urlpatterns += staticfiles_urlpatterns()

@@ -130,7 +130,10 @@ class Decisions:
         path = request.url.path
         parts = path.removeprefix("/api/v1/").split("/")
         mine = parts[0] == "approvals" or parts[-1] in (
-            "approval", "decision", "ack", "approval-rule"
+            "approval",
+            "decision",
+            "ack",
+            "approval-rule",
         )
         if not mine:
             return self.fake.handle(request)
