@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from celery import Celery
+from celery.schedules import crontab
 from celery.signals import worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sagaboard.settings")
@@ -21,6 +22,11 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 app.conf.beat_schedule = {
     "sweep": {"task": "sagaboard.tasks.sweep", "schedule": 10.0},
+    # Data retention (SAGABOARD_RETENTION_DAYS): daily, at a quiet hour (UTC).
+    "retention": {
+        "task": "sagaboard.tasks.retention_sweep",
+        "schedule": crontab(hour=3, minute=30),
+    },
 }
 
 

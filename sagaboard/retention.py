@@ -143,9 +143,7 @@ def sagas_expired(now: datetime, older_than: timedelta) -> QuerySet[Saga]:
 
 
 def _expired(cutoff: datetime, now: datetime) -> QuerySet[Saga]:
-    pending_approval = Approval.objects.filter(
-        saga=OuterRef("pk"), status=Approval.Status.PENDING
-    )
+    pending_approval = Approval.objects.filter(saga=OuterRef("pk"), status=Approval.Status.PENDING)
     pending_action = Step.objects.filter(saga=OuterRef("pk"), pending_action__isnull=False)
     return Saga.objects.filter(
         Q(lease_owner__isnull=True) | Q(lease_expires_at__lte=now),
@@ -324,7 +322,7 @@ def _archive_open(directory: Path, now: datetime) -> IO[bytes]:
         path = directory / f"sagaboard-retention-{stamp}{suffix}.jsonl.gz"
         try:
             # Closed by retention_run when the run ends.
-            return open(path, "xb")  # noqa: SIM115
+            return open(path, "xb")
         except FileExistsError:
             continue
         except OSError as err:
@@ -335,11 +333,18 @@ def _archive_open(directory: Path, now: datetime) -> IO[bytes]:
 def _archive_write(out: IO[bytes], pks: list[int], now: datetime) -> None:
     """One complete gzip member with a JSON line per saga, on disk before the delete commits."""
     lines = _archive_lines(pks, now)
-    with gzip.GzipFile(fileobj=out, mode="wb", mtime=int(now.timestamp())) as member:
-        for line in lines:
-            member.write(line.encode() + b"\n")
-    out.flush()
-    os.fsync(out.fileno())
+    start = out.tell()
+    try:
+        with gzip.GzipFile(fileobj=out, mode="wb", mtime=int(now.timestamp())) as member:
+            for line in lines:
+                member.write(line.encode() + b"\n")
+        out.flush()
+        os.fsync(out.fileno())
+    except BaseException:
+        # Nothing of this batch is deleted: drop its half-written member, keep the file readable.
+        with contextlib.suppress(OSError):
+            out.truncate(start)
+        raise
 
 
 def _row(obj: models.Model) -> dict[str, Any]:

@@ -274,3 +274,10 @@ LOGGING = {
     "root": {"handlers": ["stderr"], "level": os.environ.get("SAGABOARD_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# Data retention (sagaboard/retention.py): a daily task deletes finished sagas (COMPLETED,
+# ROLLED_BACK) last changed more than this many days ago; 0 turns it off. Unresolved sagas
+# are never deleted. `manage.py sagaboard_retention` runs it by hand (and can archive).
+SAGABOARD_RETENTION_DAYS = int(os.environ.get("SAGABOARD_RETENTION_DAYS", "90"))
+if SAGABOARD_RETENTION_DAYS < 0:
+    raise ImproperlyConfigured("SAGABOARD_RETENTION_DAYS must be 0 (off) or a number of days.")

@@ -49,3 +49,26 @@ def sweep() -> dict[str, int]:
     for kind, pk in orphans:
         (rollback_continue if kind == "saga" else step_action_run).delay(pk)
     return {"expired": expired, "notifications": len(due), "orphans": len(orphans)}
+
+
+@shared_task
+def retention_sweep(max_batches: int = 100) -> dict[str, Any]:
+    """Daily: delete finished sagas older than SAGABOARD_RETENTION_DAYS (0: off).
+
+    At most ``max_batches`` batches a run, so a first run over a long backlog does not
+    hold a worker for hours: if more are left, it queues itself again (behind any undos
+    queued meanwhile).
+    """
+    from datetime import timedelta
+
+    from django.conf import settings
+
+    from sagaboard import retention
+
+    days = settings.SAGABOARD_RETENTION_DAYS
+    if days <= 0:
+        return {"off": True}
+    report = retention.retention_run(older_than=timedelta(days=days), max_batches=max_batches)
+    if report.more:
+        retention_sweep.apply_async(kwargs={"max_batches": max_batches}, countdown=1)
+    return report.counts()
