@@ -102,7 +102,9 @@ class Server:
             "DJANGO_SETTINGS_MODULE": self.settings,
             # As in production: DEBUG off (no query log, no debug pages).
             "SAGABOARD_DEBUG": "1" if self.debug else "0",
-            "SAGABOARD_SECRET_KEY": os.environ.get("SAGABOARD_SECRET_KEY", "live-test-only"),
+            "SAGABOARD_SECRET_KEY": os.environ.get(
+                "SAGABOARD_SECRET_KEY", "live-test-only-not-secret-0123456789abcdef"
+            ),
             "SAGABOARD_ALLOWED_HOSTS": "127.0.0.1,localhost",
             **self.extra_env,
         }

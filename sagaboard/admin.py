@@ -20,6 +20,7 @@ from sagaboard.models import (
     AuditEntry,
     CompensationAttempt,
     Event,
+    Heartbeat,
     Notification,
     Project,
     Saga,
@@ -122,3 +123,8 @@ class ApprovalVoteAdmin(ReadOnlyAdmin):
 @admin.register(Notification)
 class NotificationAdmin(ReadOnlyAdmin):
     list_display = ["id", "kind", "created_at", "attempts", "delivered_at", "last_error"]
+
+
+@admin.register(Heartbeat)
+class HeartbeatAdmin(ReadOnlyAdmin):
+    list_display = ["name", "at"]

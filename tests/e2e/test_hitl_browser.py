@@ -186,7 +186,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             "DJANGO_SETTINGS_MODULE": "sagaboard.settings",
             "CELERY_BROKER_URL": REDIS_URL,
             "SAGABOARD_TASKS_EAGER": "0",  # the worker runs the undos, not whoever enqueues
-            "SAGABOARD_SECRET_KEY": os.environ.get("SAGABOARD_SECRET_KEY", "live-test-only"),
+            "SAGABOARD_SECRET_KEY": os.environ.get(
+                "SAGABOARD_SECRET_KEY", "live-test-only-not-secret-0123456789abcdef"
+            ),
         }
         worker = Worker(env, workdir / "worker.log")
         try:
