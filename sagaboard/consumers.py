@@ -25,6 +25,7 @@ from sagaboard.realtime import project_group, relay
 from undo_core import StepState
 
 CATCH_UP_PAGE = 1000
+SENT_KEPT = 20_000
 
 
 class SagaFeedConsumer(AsyncWebsocketConsumer):
@@ -45,6 +46,7 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         # Per project, the newest event this browser has: everything after it is either
         # relayed or refilled from the log, so delivery is complete whatever is dropped.
         self.last: dict[int, int] = dict.fromkeys(self.projects, start)
+        self.sent: set[int] = set()
         relay(start)
         await self._catch_up(start)
 
@@ -64,8 +66,13 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
     async def saga_event(self, message: dict[str, Any]) -> None:
         project, log_id = message["project"], message["log_id"]
         last = self.last.get(project)
-        if last is None or log_id <= last:
-            return  # not this browser's project, or already sent by a catch-up
+        if last is None or log_id in self.sent:
+            return  # not this browser's project, or already sent (by a catch-up)
+        if log_id <= last:
+            # Committed after newer events were relayed (PostgreSQL assigns ids at insert;
+            # the relay reads such late ids again): new to this browser, so show it.
+            await self._push(project, log_id, message["saga_pk"])
+            return
         prev = message["prev"]
         if prev is None or prev > last:
             # A message was dropped (prev is past what we have), or a relay has just
@@ -78,7 +85,7 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         while True:
             rows = await _missed(self.projects, after, project)
             for log_id, project_pk, saga_pk in rows:
-                if log_id > self.last.get(project_pk, 0):
+                if log_id not in self.sent:
                     await self._push(project_pk, log_id, saga_pk)
             if len(rows) < CATCH_UP_PAGE:
                 return
@@ -86,6 +93,9 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
 
     async def _push(self, project: int, log_id: int, saga_pk: int) -> None:
         self.last[project] = max(log_id, self.last.get(project, 0))
+        self.sent.add(log_id)
+        if len(self.sent) > SENT_KEPT * 2:  # forget the oldest half (a resend is harmless)
+            self.sent = set(sorted(self.sent)[-SENT_KEPT:])
         if self.view.attention:
             html = await _render_attention(self.user, log_id)  # per user: whole body
         else:

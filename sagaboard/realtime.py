@@ -32,13 +32,16 @@ from typing import Protocol
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db.models import Max
+from django.db.models import Max, Q
 
 from sagaboard.models import Event
 
 log = logging.getLogger("sagaboard.realtime")
 
 BATCH = 500
+GAP_SECONDS = 30.0
+"""How long an id skipped by the cursor may still show up (an open transaction)."""
+MAX_GAP_RANGES = 200
 
 
 def project_group(project_pk: int) -> str:
@@ -51,12 +54,51 @@ def _last_event_id() -> int:
 
 
 @database_sync_to_async
-def _events_after(log_id: int) -> list[tuple[int, int, int]]:
+def _events_after(log_id: int, gaps: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """Events above the cursor, and any that filled a gap below it (committed late)."""
+    found = Q(pk__gt=log_id)
+    for low, high in gaps:
+        found |= Q(pk__gte=low, pk__lte=high)
     return list(
-        Event.objects.filter(pk__gt=log_id)
+        Event.objects.filter(found)
         .order_by("pk")
         .values_list("pk", "project_id", "saga_id")[:BATCH]
     )
+
+
+class Gaps:
+    """Ids skipped by the cursor that may still commit (PostgreSQL assigns ids at insert).
+
+    A transaction that took ids 74-94 and commits after event 95 was relayed would
+    be invisible to "id > cursor" for ever. Every id the cursor jumps over is kept
+    here, as ranges, for ``GAP_SECONDS``: each poll also reads those ranges, and an
+    id that shows up is relayed then. Ids that never show up belonged to rolled-back
+    transactions and are dropped when they expire.
+    """
+
+    def __init__(self) -> None:
+        self.ranges: list[tuple[int, int, float]] = []
+
+    def add(self, low: int, high: int) -> None:
+        if low <= high:
+            self.ranges.append((low, high, time.monotonic() + GAP_SECONDS))
+            del self.ranges[:-MAX_GAP_RANGES]
+
+    def found(self, log_id: int) -> None:
+        """``log_id`` was relayed: split the range it was in."""
+        kept = []
+        for low, high, until in self.ranges:
+            if low <= log_id <= high:
+                kept += [(lo, hi, until) for lo, hi in ((low, log_id - 1), (log_id + 1, high))
+                         if lo <= hi]  # fmt: skip
+            else:
+                kept.append((low, high, until))
+        self.ranges = kept
+
+    def current(self) -> list[tuple[int, int]]:
+        now = time.monotonic()
+        self.ranges = [r for r in self.ranges if r[2] > now]
+        return [(low, high) for low, high, _ in self.ranges]
 
 
 class Leadership(Protocol):
@@ -135,6 +177,7 @@ class Relay:
         self.start_after: int | None = None
         self.last_id: int | None = None
         self.last_per_project: dict[int, int] = {}
+        self.gaps = Gaps()
         self.task: asyncio.Task[None] | None = None
 
     def ensure_running(self) -> None:
@@ -171,10 +214,14 @@ class Relay:
                 self.last_id = self.start_after
             else:
                 self.last_id = await _last_event_id()
-        rows = await _events_after(self.last_id)
+        rows = await _events_after(self.last_id, self.gaps.current())
         layer = get_channel_layer()
         assert layer is not None, "CHANNEL_LAYERS is not configured"
         for log_id, project_pk, saga_pk in rows:
+            if log_id <= self.last_id:
+                self.gaps.found(log_id)  # committed late, below the cursor
+            else:
+                self.gaps.add(self.last_id + 1, log_id - 1)
             await layer.group_send(
                 project_group(project_pk),
                 {
@@ -185,8 +232,10 @@ class Relay:
                     "saga_pk": saga_pk,
                 },
             )
-            self.last_per_project[project_pk] = log_id
-            self.last_id = log_id
+            self.last_per_project[project_pk] = max(
+                log_id, self.last_per_project.get(project_pk, 0)
+            )
+            self.last_id = max(log_id, self.last_id)
         if rows:
             await self.leadership.save_cursor(self.last_id)
         if len(rows) < BATCH:

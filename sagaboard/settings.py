@@ -240,7 +240,11 @@ if CELERY_BROKER_URL == "filesystem://":
 else:
     # A task not acknowledged (its worker died) is delivered again after this long; the
     # sweep usually recovers the work sooner (see sagaboard/tasks.py).
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 900}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": 900,
+        # Queues and bindings in Redis carry the installation's prefix too.
+        "global_keyprefix": f"{SAGABOARD_REDIS_PREFIX}:",
+    }
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -6,8 +6,6 @@ import pytest
 
 from sagaboard.realtime import Relay
 
-pytestmark = [pytest.mark.django_db, pytest.mark.asyncio]
-
 
 class StaleLease:
     """A lease whose shared cursor was left far ahead by another installation."""
@@ -25,7 +23,25 @@ class StaleLease:
         self.saved.append(log_id)
 
 
+@pytest.mark.django_db
+@pytest.mark.asyncio
 async def test_a_cursor_past_the_log_end_is_ignored() -> None:
     relay = Relay(0.01, StaleLease())
     await relay._step()
     assert relay.last_id is not None and relay.last_id < 10**9
+
+
+def test_ids_the_cursor_skipped_are_watched_until_they_show_up_or_expire(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sagaboard import realtime
+
+    gaps = realtime.Gaps()
+    gaps.add(74, 94)  # a batch still committing when event 95 was relayed
+    gaps.found(80)
+    assert gaps.current() == [(74, 79), (81, 94)]
+    gaps.add(5, 4)  # no gap between consecutive ids
+    assert len(gaps.current()) == 2
+    clock = realtime.time.monotonic() + realtime.GAP_SECONDS + 1
+    monkeypatch.setattr(realtime.time, "monotonic", lambda: clock)
+    assert gaps.current() == []  # never committed: a rolled-back transaction

@@ -50,11 +50,6 @@ layer's channels. Celery's queue ignores that prefix (a product bug, see
 ``test_every_redis_name_carries_the_installation_prefix``), so every process runs
 ``topology_settings``, which only gives the run a queue of its own. Whatever the run
 left in Redis is deleted at the end.
-
-On PostgreSQL, point 4 fails today: the relay loses events that commit out of id order
-(a product bug, shown on its own by ``test_an_event_committed_late_still_reaches_the_
-browser``). The test is marked xfail there for that failure only (``EventsNeverShown``),
-so points 1-3 (and duplicates on the tab) still fail it on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -442,14 +437,6 @@ class EventsNeverShown(AssertionError):
     """Events in the log that never reached a browser (the relay's known PostgreSQL gap)."""
 
 
-RELAY_GAP = (
-    "product bug: on PostgreSQL the relay loses events that commit after an event with a "
-    "higher id was relayed (it reads the log as id > cursor, and ids are handed out before "
-    "commit); see test_an_event_committed_late_still_reaches_the_browser"
-)
-
-
-@pytest.mark.xfail(PG, reason=RELAY_GAP, raises=EventsNeverShown, strict=True)
 def test_two_web_processes_two_workers_200_sagas_a_worker_killed_mid_undo(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -679,7 +666,6 @@ print(json.dumps({"log_id": log_id}))
 
 
 @pytest.mark.skipif(not PG, reason="SQLite serialises writers: ids always commit in order")
-@pytest.mark.xfail(reason=RELAY_GAP, raises=EventsNeverShown, strict=True)
 def test_an_event_committed_late_still_reaches_the_browser(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -745,11 +731,6 @@ class NotPrefixed(AssertionError):
     """A name in Redis without the installation's prefix."""
 
 
-@pytest.mark.xfail(
-    reason="product bug: Celery's queue and bindings in Redis ignore SAGABOARD_REDIS_PREFIX",
-    raises=NotPrefixed,
-    strict=True,
-)
 def test_every_redis_name_carries_the_installation_prefix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
