@@ -5,7 +5,9 @@ Everything listens on 127.0.0.1 only, and every wait is bounded.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -142,3 +144,72 @@ class Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class Worker:
+    """``celery -A sagaboard worker --pool=solo`` in its own process group, logged to a file.
+
+    The solo pool runs tasks in the main process, so ``crash()`` (SIGKILL) kills an
+    undo mid-flight exactly as the kernel's OOM killer would.
+    """
+
+    def __init__(self, name: str, env: dict[str, str], workdir: Path, *, beat: bool) -> None:
+        self.name = f"{name}-{uuid.uuid4().hex[:6]}"
+        self.log = workdir / f"worker-{name}.log"
+        argv = [
+            sys.executable, "-m", "celery", "-A", "sagaboard", "worker", "--pool=solo",
+            "--loglevel=INFO", "-n", f"{self.name}@%h",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+        ]  # fmt: skip
+        if beat:
+            argv += ["-B", "--schedule", str(workdir / f"beat-{name}")]
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def check_alive(self) -> None:
+        if not self.alive():
+            raise AssertionError(f"worker {self.name} exited:\n{self.tail()}")
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until the worker logs that it consumes its queues."""
+        deadline = time.monotonic() + timeout
+        while "ready." not in self.tail(200_000):
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"worker {self.name} not ready in {timeout:g} s:\n{self.tail()}"
+                )
+            time.sleep(0.1)
+
+    def crash(self) -> None:
+        """SIGKILL the worker's main process (the solo pool runs the undo in it)."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """A warm shutdown, then kill whatever is left of the process group (its beat too)."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+    def tail(self, chars: int = 6000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""

@@ -24,8 +24,6 @@ import inspect
 import os
 import subprocess
 import sys
-import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.live import ROOT, Server, manage, temp_database
+from benchmarks.live import ROOT, Server, Worker, manage, temp_database
 
 pytestmark = pytest.mark.slow
 
@@ -73,56 +71,6 @@ def make_saga(saga_id: str, *, return_fails_first: int) -> str:
 
 
 # ---------------------------------------------------------------- processes
-
-
-class Worker:
-    """``celery -A sagaboard worker --pool=solo``, its output in a log file."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.name = f"hitl-{uuid.uuid4().hex[:8]}"
-        self.log = log
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "sagaboard", "worker", "--pool=solo",
-                 "--loglevel=warning", "-n", f"{self.name}@%h",
-                 "--without-gossip", "--without-mingle", "--without-heartbeat"],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-
-    def wait_ready(self, timeout: float = WAIT_S) -> None:
-        """Until the worker answers a ping over the broker (it consumes its queues then)."""
-        from celery import Celery
-
-        probe = Celery("hitl-probe", broker=REDIS_URL)
-        try:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                self.check_alive()
-                replies = probe.control.ping(timeout=0.5) or []
-                if any(name.startswith(f"{self.name}@") for r in replies for name in r):
-                    return
-            raise AssertionError(f"the worker did not answer in {timeout:g} s\n{self.tail()}")
-        finally:
-            probe.close()
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"the worker exited ({self.proc.returncode}):\n{self.tail()}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()  # warm shutdown: the solo pool has nothing running now
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-    def tail(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
 
 
 @contextmanager
@@ -190,7 +138,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                 "SAGABOARD_SECRET_KEY", "live-test-only-not-secret-0123456789abcdef"
             ),
         }
-        worker = Worker(env, workdir / "worker.log")
+        worker = Worker("hitl", env, workdir, beat=False)
         try:
             server = start_server(url, env)
             try:

@@ -16,7 +16,6 @@ the 30 s staleness window is the only wait.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -34,7 +33,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from benchmarks.live import ROOT, manage, temp_database
+from benchmarks.live import ROOT, Worker, manage, temp_database
 from undo_core.records import SagaRecord
 from undo_core.recovery import owner_is_gone
 from undo_core.states import SagaStatus
@@ -108,51 +107,6 @@ def _when(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------- workers
-
-
-class Worker:
-    """One ``celery worker --pool=solo`` process in its own process group."""
-
-    def __init__(
-        self, name: str, env: dict[str, str], database_url: str, workdir: Path, *, beat: bool
-    ) -> None:
-        self.name = name
-        env = {**env, "DATABASE_URL": database_url}
-        self.log = workdir / f"worker-{name}.log"
-        argv = [
-            sys.executable, "-m", "celery", "-A", "sagaboard", "worker", "--pool=solo",
-            "--loglevel=INFO", "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-        ]  # fmt: skip
-        if beat:
-            argv += ["-B", "--schedule", str(workdir / f"beat-{name}")]
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def crash(self) -> None:
-        """SIGKILL the worker's main process only, as the kernel's OOM killer would."""
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        """Kill whatever is left of this worker's process group (its beat too)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-
-    def tail(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
 
 
 def _pid_alive(pid: int) -> bool:
@@ -263,7 +217,7 @@ def test_a_worker_killed_mid_undo_is_finished_by_the_next_worker_with_the_same_k
             db = Db(url)
 
             # Worker A takes the rollback; the newest undo (charge_card) starts and waits.
-            a = Worker("a", crash_env, url, tmp_path, beat=False)
+            a = Worker("a", {**crash_env, "DATABASE_URL": url}, tmp_path, beat=False)
             workers.append(a)
             wait_for(lambda: (crash_dir / "running").exists(), "the undo to start in A",
                      [a], workers)  # fmt: skip
@@ -283,7 +237,7 @@ def test_a_worker_killed_mid_undo_is_finished_by_the_next_worker_with_the_same_k
             assert not _pid_alive(a.pid)
 
             # Worker B (with the beat, whose sweep finds orphaned work) takes over.
-            b = Worker("b", crash_env, url, tmp_path, beat=True)
+            b = Worker("b", {**crash_env, "DATABASE_URL": url}, tmp_path, beat=True)
             workers.append(b)
             wait_for(lambda: db.saga(pk)[0] == "ROLLED_BACK", "the rollback to finish in B",
                      [b], workers)  # fmt: skip

@@ -60,7 +60,6 @@ import logging
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -80,7 +79,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 from websockets.typing import Origin
 
-from benchmarks.live import ROOT, Server, manage, temp_database
+from benchmarks.live import ROOT, Server, Worker, manage, temp_database
 from benchmarks.live_latency import CLAIM, load_demo
 from undo_core import Saga, SagaRollbackError, define_tool
 from undo_core.remote import SagaboardClient, SagaboardStore
@@ -151,64 +150,6 @@ def _redis_cleanup(client: Any, names: str) -> None:
 
 
 # ---------------------------------------------------------------- processes
-
-
-class Worker:
-    """``celery -A sagaboard worker --pool=solo`` in its own process group, logged to a file."""
-
-    def __init__(self, name: str, env: dict[str, str], workdir: Path, *, beat: bool) -> None:
-        self.name = name
-        self.log = workdir / f"worker-{name}.log"
-        argv = [
-            sys.executable, "-m", "celery", "-A", "sagaboard", "worker", "--pool=solo",
-            "--loglevel=INFO", "-n", f"topology-{name}-{uuid.uuid4().hex[:6]}@%h",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-        ]  # fmt: skip
-        if beat:
-            argv += ["-B", "--schedule", str(workdir / f"beat-{name}")]
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def wait_ready(self, deadline: float) -> None:
-        while "ready." not in self.tail():
-            if not self.alive():
-                raise AssertionError(f"worker {self.name} exited:\n{self.tail()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"worker {self.name} not ready in time:\n{self.tail()}")
-            time.sleep(0.1)
-
-    def crash(self) -> None:
-        """SIGKILL the worker's main process (the solo pool runs the undo in it)."""
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        """Kill whatever is left of the worker's process group (its beat too)."""
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=10)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-
-    def tail(self, chars: int = 6000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
 
 
 # ---------------------------------------------------------------- the browser tab
@@ -487,7 +428,7 @@ def test_two_web_processes_two_workers_200_sagas_a_worker_killed_mid_undo(
         web1.start(timeout=START_SECONDS)
         web2.start(timeout=START_SECONDS)
         for w in (a, b):
-            w.wait_ready(time.monotonic() + START_SECONDS)
+            w.wait_ready(START_SECONDS)
         tab = Tab(web1)
         stack.callback(tab.close)
         tab.start()
