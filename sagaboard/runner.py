@@ -39,6 +39,7 @@ from undo_core import (
 )
 from undo_core import Saga as EngineSaga
 from undo_core.engine import default_owner
+from undo_core.recovery import local_owner_dead
 
 log = logging.getLogger("sagaboard.runner")
 
@@ -207,8 +208,10 @@ def orphaned_work(*, stale_seconds: float = 30.0) -> list[tuple[str, int]]:
 
     A server-run saga left COMPENSATING with no live lease and no approval
     pending, and an operator's request still pending after ``stale_seconds``
-    on a saga nobody holds. Picking one up twice is harmless: the lease lets
-    one worker in, and the state says whether anything is left to do.
+    on a saga nobody holds; at once, any saga whose lease holder is a process of
+    this host that has died (a worker SIGKILLed mid-undo). Picking one up twice
+    is harmless: the lease lets one worker in, and the state says whether
+    anything is left to do.
     """
     from datetime import timedelta
 
@@ -235,4 +238,18 @@ def orphaned_work(*, stale_seconds: float = 30.0) -> list[tuple[str, int]]:
     stale_steps = [
         pk for pk, request in steps if (request or {}).get("at", "") < cutoff.isoformat()
     ]
-    return [("saga", pk) for pk in sagas] + [("step", pk) for pk in stale_steps]
+    held = Saga.objects.filter(
+        driver=Saga.Driver.SERVER,
+        status__in=[SagaStatus.COMPENSATING, SagaStatus.ROLLBACK_FAILED],
+        lease_owner__isnull=False,
+        lease_expires_at__gte=now,
+    ).values_list("pk", "lease_owner")[:200]
+    dead = [pk for pk, owner in held if local_owner_dead(owner)]
+    dead_steps = list(
+        Step.objects.filter(saga_id__in=dead, pending_action__isnull=False).values_list(
+            "pk", flat=True
+        )
+    )
+    return [("saga", pk) for pk in [*sagas, *dead]] + [
+        ("step", pk) for pk in [*stale_steps, *dead_steps]
+    ]

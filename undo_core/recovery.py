@@ -60,11 +60,18 @@ def owner_is_gone(record: SagaRecord, now: datetime) -> bool:
         return True
     if record.lease_expires_at is not None and record.lease_expires_at <= now:
         return True
-    host, _, rest = record.lease_owner.partition(":")
+    return local_owner_dead(record.lease_owner)
+
+
+def local_owner_dead(owner: str) -> bool:
+    """True when ``owner`` (``host:pid:...``) names a process of this host that has exited.
+
+    Owners on other hosts, or not in that form, are never judged here: their lease
+    expiry says when they are gone.
+    """
+    host, _, rest = owner.partition(":")
     pid = rest.partition(":")[0]
-    if host == socket.gethostname() and pid.isdigit():
-        return not _pid_alive(int(pid))
-    return False
+    return host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid))
 
 
 def _tool_map(tools: Mapping[str, Tool] | Iterable[Tool]) -> dict[str, Tool]:

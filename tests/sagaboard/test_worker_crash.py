@@ -324,7 +324,9 @@ def test_a_dead_workers_lease_is_taken_over_at_once(monkeypatch: pytest.MonkeyPa
         saga.saga_id, saga.name, SagaStatus.COMPENSATING, saga.created_at, saga.updated_at,
         lease_owner=owner, lease_expires_at=saga.lease_expires_at,
     )  # fmt: skip
-    # The next worker (a redelivered task) takes the saga over at once and finishes it.
+    # The sweep lists it at once (its holder is a dead process of this host), and the
+    # next worker takes the saga over at once and finishes it.
+    assert ("saga", saga.pk) in runner.orphaned_work()
     try:
         outcome = runner.rollback_continue(saga.pk)
     except runner.Busy as busy:
