@@ -1,0 +1,199 @@
+"""``undo-mcp``: the seed's MCP server (agent-undo-mcp) on the official ``mcp`` SDK, over stdio.
+
+Seven tools with the seed's names and arguments (``saga_begin``, ``saga_add_step``,
+``saga_complete_step``, ``saga_fail_step``, ``saga_rollback``, ``saga_status``,
+``saga_list_steps``). Every answer is a text a model reads plus the same facts
+as structured content; a call that cannot be carried out is a tool error
+(``isError``) with a message saying what to fix, and the server keeps serving.
+
+Standalone (default)::
+
+    undo-mcp --db ~/.undo-mcp/sagas.sqlite3 --timeout 60
+
+keeps the sagas in a SQLite file (they survive a restart) and, on
+``saga_rollback``, runs each completed step's ``undoCommand`` newest first
+through ``/bin/sh -c`` in the server's working directory (or ``--cwd``), as the
+seed does, each killed after ``--timeout`` seconds.
+
+Connected::
+
+    SAGABOARD_TOKEN=sgb_... undo-mcp --url https://sagaboard.example
+
+drives sagaboard's manual-flow API instead: ``undoCommand`` becomes a command
+undo, which always waits for an approver in the dashboard before a worker runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+try:
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import CallToolResult
+except ImportError as err:  # pragma: no cover - mcp missing, or the 1.x API (FastMCP)
+    raise ImportError(
+        f"undo-mcp needs the mcp SDK's MCPServer (mcp 2.x): pip install 'sagaboard[mcp]' ({err})"
+    ) from err
+
+from .backends import Backend, LocalBackend, RemoteBackend, Reply, ToolInputError
+
+__all__ = ["DEFAULT_DB", "build_server", "main"]
+
+DEFAULT_DB = Path("~/.undo-mcp/sagas.sqlite3")
+log = logging.getLogger("undo_core.mcp")
+
+_INSTRUCTIONS = """\
+Track a multi-step task as a saga so its side effects can be undone if it fails.
+Call saga_begin, then for every side-effecting action: saga_add_step (with an
+undoCommand, a shell command that reverses it) before running it, and
+saga_complete_step or saga_fail_step after. If the task cannot finish, call
+saga_rollback: the undo commands of the completed steps run newest first.
+Tools that take sagaId use the last saga begun in this session when it is omitted."""
+
+
+def _result(reply: Reply) -> CallToolResult:
+    return CallToolResult.model_validate(
+        {
+            "content": [{"type": "text", "text": reply.text}],
+            "structuredContent": reply.data,
+            "isError": False,
+        }
+    )
+
+
+def _error(tool: str, message: str) -> CallToolResult:
+    return CallToolResult.model_validate(
+        {
+            "content": [{"type": "text", "text": f"{tool} failed: {message}"}],
+            "structuredContent": {"error": message, "tool": tool},
+            "isError": True,
+        }
+    )
+
+
+def _call(tool: str, action: Callable[[], Reply]) -> CallToolResult:
+    try:
+        return _result(action())
+    except ToolInputError as err:
+        return _error(tool, str(err))
+    except Exception as err:  # a tool must answer, never take the server down
+        log.exception("%s failed", tool)
+        return _error(tool, f"{type(err).__name__}: {err}")
+
+
+def build_server(backend: Backend) -> MCPServer[Any]:
+    """The MCP server with the seven saga tools, bound to ``backend``."""
+    server: MCPServer[Any] = MCPServer("undo-mcp", instructions=_INSTRUCTIONS)
+
+    @server.tool()
+    def saga_begin(name: str | None = None) -> CallToolResult:
+        """Start a new saga transaction. Returns its sagaId."""
+        return _call("saga_begin", lambda: backend.begin(name))
+
+    @server.tool()
+    def saga_add_step(
+        toolName: str,
+        sagaId: str | None = None,
+        input: Any = None,
+        undoCommand: str | None = None,
+    ) -> CallToolResult:
+        """Register a step (PENDING) with the shell command that undoes it; returns its stepId.
+
+        Call it before running the side-effecting action. Without undoCommand the
+        step is tracked but nothing undoes it.
+        """
+        return _call(
+            "saga_add_step", lambda: backend.add_step(sagaId, toolName, input, undoCommand)
+        )
+
+    @server.tool()
+    def saga_complete_step(
+        stepId: str, sagaId: str | None = None, output: Any = None
+    ) -> CallToolResult:
+        """Mark a registered step as completed (its undo runs if the saga is rolled back)."""
+        return _call("saga_complete_step", lambda: backend.complete_step(sagaId, stepId, output))
+
+    @server.tool()
+    def saga_fail_step(stepId: str, error: str, sagaId: str | None = None) -> CallToolResult:
+        """Mark a step as failed. The saga stays open: call saga_rollback to undo."""
+        return _call("saga_fail_step", lambda: backend.fail_step(sagaId, stepId, error))
+
+    @server.tool()
+    def saga_rollback(sagaId: str | None = None) -> CallToolResult:
+        """Run the undo command of every completed step, in reverse order."""
+        return _call("saga_rollback", lambda: backend.rollback(sagaId))
+
+    @server.tool()
+    def saga_status(sagaId: str | None = None) -> CallToolResult:
+        """Get the saga's status and a summary of its steps."""
+        return _call("saga_status", lambda: backend.status(sagaId))
+
+    @server.tool()
+    def saga_list_steps(sagaId: str | None = None) -> CallToolResult:
+        """Full detail on every step (input, output, error, undo command, timestamps)."""
+        return _call("saga_list_steps", lambda: backend.list_steps(sagaId))
+
+    return server
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="undo-mcp",
+        description="MCP server (stdio) that tracks an agent's steps as sagas and undoes them.",
+    )
+    p.add_argument(
+        "--db",
+        type=Path,
+        default=Path(os.environ.get("UNDO_MCP_DB") or DEFAULT_DB),
+        help="standalone mode: the SQLite file of the sagas (default %(default)s, or $UNDO_MCP_DB)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="standalone mode: seconds each undo command may run (default %(default)s)",
+    )
+    p.add_argument(
+        "--cwd",
+        default=None,
+        help="standalone mode: working directory of the undo commands (default: the server's)",
+    )
+    p.add_argument(
+        "--url",
+        default=os.environ.get("SAGABOARD_URL") or None,
+        help="connected mode: sagaboard's base URL (or $SAGABOARD_URL); "
+        "the token comes from $SAGABOARD_TOKEN",
+    )
+    return p
+
+
+def make_backend(args: argparse.Namespace) -> Backend:
+    if args.url:
+        token = os.environ.get("SAGABOARD_TOKEN", "").strip()
+        if not token:
+            raise SystemExit("undo-mcp: --url needs the project's API token in $SAGABOARD_TOKEN")
+        return RemoteBackend(args.url, token)
+    if args.timeout <= 0:
+        raise SystemExit("undo-mcp: --timeout must be > 0 seconds")
+    return LocalBackend(args.db, timeout=args.timeout, cwd=args.cwd)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console script ``undo-mcp``: serve the saga tools over stdio until stdin closes."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout is the MCP stream
+    backend = make_backend(args)
+    try:
+        build_server(backend).run("stdio")
+    finally:
+        backend.close()
+
+
+if __name__ == "__main__":
+    main()
