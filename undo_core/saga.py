@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -76,14 +77,17 @@ class Saga(SagaCore):
             return Outcome(error=TypeError(f"{effect!r} returned an awaitable; use AsyncSaga"))
         return Outcome(value)
 
-    def execute(self, tool: Tool, input: Any = None) -> Any:
+    def execute(
+        self, tool: Tool, input: Any = None, *, metadata: Mapping[str, Any] | None = None
+    ) -> Any:
         """Run ``tool`` as the next step and return its output.
 
         On failure, with ``auto_rollback_on_failure`` (the default), undo every
         completed step newest first and raise :class:`SagaRollbackError`;
         without it, the saga becomes FAILED and the tool's error propagates.
+        ``metadata`` (JSON values, e.g. the framework's tool call id) is kept on the step.
         """
-        return self._drive(self._execute_flow(tool, input))
+        return self._drive(self._execute_flow(tool, input, metadata=metadata))
 
     def rollback(self, *, actor: str | None = None) -> RollbackReport:
         """Undo every COMPLETED step, newest first. A second call does nothing."""
@@ -164,9 +168,11 @@ class AsyncSaga(SagaCore):
         except TimeoutError:
             raise StepTimeoutError(f"{call.what} timed out after {call.timeout:g}s") from None
 
-    async def execute(self, tool: Tool, input: Any = None) -> Any:
+    async def execute(
+        self, tool: Tool, input: Any = None, *, metadata: Mapping[str, Any] | None = None
+    ) -> Any:
         """Run ``tool`` as the next step and return its output (see :meth:`Saga.execute`)."""
-        return await self._drive(self._execute_flow(tool, input))
+        return await self._drive(self._execute_flow(tool, input, metadata=metadata))
 
     async def rollback(self, *, actor: str | None = None) -> RollbackReport:
         """Undo every COMPLETED step, newest first. A second call does nothing."""

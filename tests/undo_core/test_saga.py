@@ -750,3 +750,10 @@ def test_a_rollback_error_inside_the_block_is_not_rolled_back_twice() -> None:
         saga.execute(t, 1)
         saga.execute(boom, None)
     assert undone == [1]
+
+
+def test_execute_keeps_step_metadata_such_as_a_tool_call_id(kit: Any) -> None:
+    saga = kit.saga()
+    kit.run(saga.execute(define_tool("reserve", lambda i: 1, lambda o: None), {},
+                         metadata={"tool_call_id": "call_7"}))  # fmt: skip
+    assert saga.steps[0].metadata == {"tool_call_id": "call_7"}

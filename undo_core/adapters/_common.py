@@ -46,8 +46,7 @@ def bind_execute(tool: Tool, execute: Callable[[Any], Any]) -> Tool:
 def run_step(saga: Saga | AsyncSaga, tool: Tool, input: Any, tool_call_id: str | None) -> Any:
     """``saga.execute(tool, input)``, recording the tool call id on the step.
 
-    Returns an awaitable for an :class:`AsyncSaga`. ``Saga.execute`` takes no
-    step metadata yet, so this drives the same flow it does, with metadata.
+    Returns an awaitable for an :class:`AsyncSaga`.
     """
     metadata = {TOOL_CALL_ID: tool_call_id} if tool_call_id is not None else None
-    return saga._drive(saga._execute_flow(tool, input, metadata=metadata))
+    return saga.execute(tool, input, metadata=metadata)
