@@ -246,6 +246,10 @@ else:
         "global_keyprefix": f"{SAGABOARD_REDIS_PREFIX}:",
     }
 CELERY_TASK_ACKS_LATE = True
+# Beat keeps its schedule in memory: every entry is periodic (a sweep every 10 s, retention
+# daily), so nothing is lost on restart, and no schedule file can fail it (Python 3.13's
+# shelve on dbm.sqlite3 crashed the embedded beat under load with "locking protocol").
+CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = _env_bool("SAGABOARD_TASKS_EAGER", "0")
