@@ -52,7 +52,7 @@ run: install
 	@echo "  sagaboard is starting at http://$(HOST_PORT)/  (Ctrl-C to stop)"
 	@echo "  with a Celery worker for undos (broker: a folder under var/, no server needed)"
 	@echo ""
-	@$(VPY) -m celery -A sagaboard worker -B --pool=solo -s var/celerybeat-schedule \
+	@$(VPY) -m celery -A sagaboard worker -B --pool=solo \
 		--loglevel=warning & worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
 	$(VPY) -m uvicorn sagaboard.asgi:application --host $(firstword $(subst :, ,$(HOST_PORT))) --port $(lastword $(subst :, ,$(HOST_PORT))) --reload
 
