@@ -213,3 +213,14 @@ class Worker:
             return self.log.read_text(errors="replace")[-chars:]
         except OSError:
             return ""
+
+
+def session_cookie(base: str, username: str = "demo", password: str = "demo") -> str:
+    """Log in the way a browser does; the ``Cookie`` header for a websocket of that user."""
+    with httpx.Client(base_url=base, timeout=10, trust_env=False) as http:
+        http.get("/login/").raise_for_status()
+        csrf = http.cookies["csrftoken"]
+        form = {"username": username, "password": password, "csrfmiddlewaretoken": csrf}
+        http.post("/login/", data=form, headers={"Referer": f"{base}/login/"})
+        assert "sessionid" in http.cookies, f"the {username} login failed"
+        return f"sessionid={http.cookies['sessionid']}; csrftoken={csrf}"

@@ -26,18 +26,16 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from chromium import Tab, chromium
 
 from benchmarks.live import ROOT, Server, Worker, manage, temp_database
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = os.environ.get("SAGABOARD_CHROMIUM", "/usr/bin/chromium")
-ARTIFACTS = ROOT / "test-artifacts"
 PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 REDIS_URL = os.environ.get("SAGABOARD_TEST_HITL_REDIS_URL", "redis://127.0.0.1:6379/7")
 WAIT_MS = 20_000  # a worker's undo and a live update take well under a second
@@ -157,39 +155,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=WAIT_MS)
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} missing: .ci/run installs Debian's chromium"
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"],
-        )  # fmt: skip
-        yield chromium
-        chromium.close()
-
-
-@dataclass
-class Tab:
-    """A page of a logged-in user, with its console errors and any dialog it opened."""
-
-    page: Any
-    errors: list[str] = field(default_factory=list)
-    dialogs: list[str] = field(default_factory=list)
-
-    def mark(self) -> None:
-        """Leave a mark in the page's window: a reload or navigation wipes it."""
-        self.page.evaluate("window.__marker = 1")
-
-    def assert_not_reloaded(self) -> None:
-        assert self.page.evaluate("window.__marker") == 1, "the page was reloaded"
-
-    def screenshot(self, name: str) -> None:
-        ARTIFACTS.mkdir(exist_ok=True)
-        self.page.bring_to_front()  # a tab in the background paints slowly
-        self.page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+    with chromium(WAIT_MS) as launched:
+        yield launched
 
 
 class Person:

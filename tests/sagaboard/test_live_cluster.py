@@ -18,13 +18,12 @@ from collections.abc import Iterator
 from contextlib import ExitStack, suppress
 from typing import Any
 
-import httpx
 import pytest
 import redis
 from websockets.sync.client import ClientConnection, connect
 from websockets.typing import Origin
 
-from benchmarks.live import Server, manage, temp_database
+from benchmarks.live import Server, manage, session_cookie, temp_database
 from benchmarks.live_latency import RELAY_KEYS, load_demo, redis_scratch
 
 pytestmark = pytest.mark.slow
@@ -111,7 +110,7 @@ def open_tab(stack: ExitStack, server: Server) -> Tab:
     ws = connect(
         server.url.replace("http://", "ws://") + "/ws/sagas/?list=1",
         origin=Origin(server.url),
-        additional_headers={"Cookie": login(server.url)},
+        additional_headers={"Cookie": session_cookie(server.url)},
         open_timeout=10,
         close_timeout=2,
         proxy=None,
@@ -123,17 +122,6 @@ def open_tab(stack: ExitStack, server: Server) -> Tab:
 def _close_quietly(ws: Any) -> None:
     with suppress(Exception):  # a crashed server's socket is already gone
         ws.__exit__(None, None, None)
-
-
-def login(base: str) -> str:
-    """Log in as demo the way a browser does; the Cookie header for the websocket."""
-    with httpx.Client(base_url=base, timeout=10, trust_env=False) as http:
-        http.get("/login/").raise_for_status()
-        csrf = http.cookies["csrftoken"]
-        form = {"username": "demo", "password": "demo", "csrfmiddlewaretoken": csrf}
-        http.post("/login/", data=form, headers={"Referer": f"{base}/login/"})
-        assert "sessionid" in http.cookies, "the demo login failed"
-        return f"sessionid={http.cookies['sessionid']}; csrftoken={csrf}"
 
 
 def assert_shown_once(tab: Tab, saga_id: str, log_ids: list[int], seconds: float) -> None:

@@ -73,13 +73,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 from websockets.typing import Origin
 
-from benchmarks.live import ROOT, Server, Worker, manage, temp_database
+from benchmarks.live import ROOT, Server, Worker, manage, session_cookie, temp_database
 from benchmarks.live_latency import CLAIM, load_demo
 from undo_core import Saga, SagaRollbackError, define_tool
 from undo_core.remote import SagaboardClient, SagaboardStore
@@ -155,17 +154,6 @@ def _redis_cleanup(client: Any, names: str) -> None:
 # ---------------------------------------------------------------- the browser tab
 
 
-def login(base: str) -> str:
-    """Log in as demo the way a browser does; the Cookie header for the websocket."""
-    with httpx.Client(base_url=base, timeout=10, trust_env=False) as http:
-        http.get("/login/").raise_for_status()
-        csrf = http.cookies["csrftoken"]
-        form = {"username": "demo", "password": "demo", "csrfmiddlewaretoken": csrf}
-        http.post("/login/", data=form, headers={"Referer": f"{base}/login/"})
-        assert "sessionid" in http.cookies, "the demo login failed"
-        return f"sessionid={http.cookies['sessionid']}; csrftoken={csrf}"
-
-
 class Tab(threading.Thread):
     """The saga list's websocket, read all the time on a thread of its own.
 
@@ -178,7 +166,7 @@ class Tab(threading.Thread):
         self.ws: ClientConnection = connect(
             server.url.replace("http://", "ws://") + "/ws/sagas/?list=1",
             origin=Origin(server.url),
-            additional_headers={"Cookie": login(server.url)},
+            additional_headers={"Cookie": session_cookie(server.url)},
             open_timeout=10,
             close_timeout=2,
             proxy=None,
