@@ -19,7 +19,7 @@ SDK calls, the pages):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
@@ -46,24 +46,35 @@ class DecisionRefused(Exception):
 # ---------------------------------------------------------------- who must decide
 
 
-def policy_for(project: Project, step: Step) -> ApprovalPolicy | None:
-    """The enabled policy that applies to this step: the most demanding of those matching."""
+def policies_enabled(project: Project) -> list[ApprovalPolicy]:
+    return list(ApprovalPolicy.objects.filter(project=project, enabled=True))
+
+
+def policy_for(
+    project: Project, step: Step, policies: Sequence[ApprovalPolicy] | None = None
+) -> ApprovalPolicy | None:
+    """The enabled policy that applies to this step: the most demanding of those matching.
+
+    ``policies``: the project's enabled policies, when the caller asks about many steps.
+    """
     matching = [
         p
-        for p in ApprovalPolicy.objects.filter(project=project, enabled=True)
+        for p in (policies_enabled(project) if policies is None else policies)
         if fnmatchcase(step.tool_name, p.tool_glob)
         and conditions.matches(p.condition, input=step.input, output=step.output)
     ]
     return max(matching, key=lambda p: (p.approvers_required, p.pk), default=None)
 
 
-def approval_reason(project: Project, step: Step) -> str | None:
+def approval_reason(
+    project: Project, step: Step, policies: Sequence[ApprovalPolicy] | None = None
+) -> str | None:
     """Why this step's undo needs a person, or None when it may run unattended."""
     if (step.undo or {}).get("kind") == "command":
         return "a shell-command undo always needs approval"
     if step.requires_approval:
         return "the tool or the step was declared as needing approval"
-    policy = policy_for(project, step)
+    policy = policy_for(project, step, policies)
     if policy is not None:
         return f"policy {policy.name!r} (v{policy.version}) matched"
     return None

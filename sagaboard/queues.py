@@ -99,8 +99,9 @@ def failures_open(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) -> l
 
 def compensation_plan(saga: Saga) -> list[dict[str, object]]:
     """The undos a rollback of ``saga`` runs, newest step first, and what each waits for."""
-    from sagaboard.approvals import approval_reason
+    from sagaboard.approvals import approval_reason, policies_enabled
 
+    policies = policies_enabled(saga.project)  # once, not once per step
     plan = []
     pending = {a.step_id: a for a in saga.approvals.filter(status=Approval.Status.PENDING)}
     for step in sorted(saga.steps.all(), key=lambda s: -s.position):
@@ -115,7 +116,7 @@ def compensation_plan(saga: Saga) -> list[dict[str, object]]:
         elif step.pk in pending:
             what = f"waits for approval ({pending[step.pk].why})"
         else:
-            why = approval_reason(saga.project, step)
+            why = approval_reason(saga.project, step, policies)
             what = f"will need approval: {why}" if why else "will run unattended"
         plan.append({"step": step, "what": what})
     return plan
