@@ -10,7 +10,7 @@ HOST_PORT := 127.0.0.1:8000
 # Second test run; override to point at another server.
 SAGABOARD_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/sagaboard
 
-.PHONY: help venv install run lint test test-sqlite test-postgres bench bench-ingest bench-live vendor fmt
+.PHONY: help venv install run lint test test-sqlite test-postgres bench bench-check vendor fmt
 
 help:
 	@echo "make run            install deps, migrate, serve on http://$(HOST_PORT)/"
@@ -19,9 +19,8 @@ help:
 	@echo "make test-postgres  pytest on \$$SAGABOARD_TEST_DATABASE_URL ($(SAGABOARD_TEST_DATABASE_URL))"
 	@echo "make lint           ruff check, ruff format --check, mypy (undo_core)"
 	@echo "make fmt            ruff format + ruff check --fix"
-	@echo "make bench          python -m benchmarks.engine"
-	@echo "make bench-ingest   python -m benchmarks.ingest (a live server on SQLite and PostgreSQL)"
-	@echo "make bench-live     python -m benchmarks.live_latency (websocket latency, 50 and 200 clients)"
+	@echo "make bench          every benchmark, full size, writes docs/benchmarks.md (ONLY=engine,pages,...)"
+	@echo "make bench-check    the small version; fails on a large ratio regression (CI runs it)"
 	@echo "make vendor         re-vendor htmx + htmx-ext-ws from npm into static/vendor/"
 	@echo "make venv|install   create .venv (Python >= 3.12, see .ci/find-python) / install deps"
 
@@ -77,14 +76,13 @@ test-postgres: install
 	@echo "== pytest on PostgreSQL ($(SAGABOARD_TEST_DATABASE_URL)) =="
 	DATABASE_URL='$(SAGABOARD_TEST_DATABASE_URL)' $(VPY) -m pytest
 
+# The published figures: every module against a live local system, several runs each.
 bench: install
-	$(VPY) -m benchmarks.engine
+	$(VPY) -m benchmarks --out docs/benchmarks.md $(if $(ONLY),--only $(ONLY))
 
-bench-ingest: install
-	$(VPY) -m benchmarks.ingest
-
-bench-live: install
-	$(VPY) -m benchmarks.live_latency
+# CI's regression check: small sizes, ratios compared with benchmarks/baseline.json.
+bench-check: install
+	$(VPY) -m benchmarks --quick --runs 3 --check benchmarks/baseline.json --out var/bench-quick.md
 
 # Re-vendor htmx and its ws extension from the npm registry (versions in the script).
 vendor:
