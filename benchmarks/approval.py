@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -365,6 +366,22 @@ def p99(samples: list[float]) -> float:
     return statistics.quantiles(samples, n=100, method="inclusive")[98]
 
 
+def _random_phase(mode: str) -> Callable[[], None]:
+    """A pause before each action, so it meets the worker at a random point of its poll.
+
+    The filesystem transport sleeps a whole polling interval once its queues are
+    empty: an action sent the moment the worker went idle would always wait the
+    longest. A person's click comes at any moment; so does each action here.
+    """
+    from django.conf import settings
+
+    interval = 0.01  # Redis: the worker blocks on BRPOP, no phase to speak of
+    if mode == "embedded":
+        interval = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("polling_interval", 1.0)
+    rng = random.Random(8)
+    return lambda: time.sleep(rng.uniform(0, interval))
+
+
 def measure_mode(mode: str, args: argparse.Namespace) -> list[report.Figure]:
     paths = ["post"] if args.no_browser else ["browser", "post"]
     samples: dict[str, list[list[float]]] = {p: [] for p in [*paths, "floor"]}
@@ -372,6 +389,7 @@ def measure_mode(mode: str, args: argparse.Namespace) -> list[report.Figure]:
         s = stack.enter_context(site(mode, Path(tmp)))
         post = PostClient(s.server.url)
         stack.callback(post.close)
+        pause = _random_phase(s.mode)
         browser = None
         if "browser" in paths:
             browser = Approver(stack.enter_context(chromium()), s.server.url)
@@ -382,9 +400,12 @@ def measure_mode(mode: str, args: argparse.Namespace) -> list[report.Figure]:
                 browser.open_queue()
             got: dict[str, list[float]] = {p: [] for p in samples}
             for i in range(args.approvals):  # interleaved: load drifts hit all three alike
+                pause()
                 got["floor"].append(floor_dispatch(s, f"{run}-{i}"))
+                pause()
                 got["post"].append(post.approve(s, *waiting.pop()))
                 if browser is not None:
+                    pause()
                     got["browser"].append(browser.approve(s, *waiting.pop()))
             for name, values in got.items():
                 samples[name].append(values)

@@ -17,6 +17,8 @@ CELERY_IMPORTS = ["benchmarks.approval_probes"]
 
 if CELERY_BROKER_URL == "filesystem://" and os.environ.get("SAGABOARD_BENCH_QUEUE_DIR"):
     _dir = os.environ["SAGABOARD_BENCH_QUEUE_DIR"]
+    os.makedirs(_dir, exist_ok=True)
+    os.makedirs(f"{_dir}-control", exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         **CELERY_BROKER_TRANSPORT_OPTIONS,
         "data_folder_in": _dir,
