@@ -1,26 +1,44 @@
-"""Per-step overhead of undo_core: ``python -m benchmarks.engine [--steps N] [--repeat R]``.
+"""Per-step overhead of undo_core's stores: ``python -m benchmarks.engine``.
 
-One "step" is the whole life a step has in a rolled-back saga: execute,
-record (PENDING, COMPLETED), roll back (COMPENSATING, ROLLED_BACK). Figures
-are medians over ``--repeat`` runs and are printed beside their floors, measured
-in the same run: bare function calls (execute + undo) and raw sqlite3
-single-row commits with the same pragmas as SQLiteStore.
+One "step" is the whole life a step has in a rolled-back saga: execute, record
+(PENDING, COMPLETED), roll back (COMPENSATING, ROLLED_BACK), in sagas of ten
+steps. Each figure is measured ``--runs`` times, each run beside its floor:
+
+* MemoryStore: the engine's own cost; floor, bare calls of the same execute and
+  undo functions (what a program without the engine would run).
+* SQLiteStore: four durable transitions a step; floor, raw ``sqlite3`` single-row
+  commits with the same pragmas (WAL, synchronous=NORMAL, BEGIN IMMEDIATE). A
+  transition cannot be cheaper than one such commit, so "per transition" over it
+  is what the store adds.
+* DjangoStore (``sagaboard.storage``, what the server and its workers use), on a
+  migrated throw-away SQLite file and PostgreSQL database: floor, raw single-row
+  commits on that database (``sqlite3`` with Django's pragmas, or ``psycopg``
+  with its default server-side binding, as sagaboard's settings use). Each
+  database runs in a process of its own: Django is set up once, for one database.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
-import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
+from benchmarks.live import manage, temp_database
+from benchmarks.subrun import figures_of
 from undo_core import MemoryStore, Saga, SagaStore, SQLiteStore, define_tool
 
 STEPS_PER_SAGA = 10
+TRANSITIONS_PER_STEP = 4  # PENDING, COMPLETED, COMPENSATING, ROLLED_BACK: a commit each
+GROUP = "Engine"
+DJANGO_DBS = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
 
 
 def _execute(x: Any) -> Any:
@@ -34,6 +52,9 @@ def _undo(out: Any, x: Any) -> None:
 TOOL = define_tool("bench", _execute, _undo)
 
 
+# ---------------------------------------------------------------- what is timed
+
+
 def bare_calls(steps: int) -> float:
     started = time.perf_counter()
     for i in range(steps):
@@ -43,19 +64,24 @@ def bare_calls(steps: int) -> float:
     return time.perf_counter() - started
 
 
-def saga_steps(make_store: Callable[[], SagaStore], steps: int) -> float:
+def saga_steps(make_store: Callable[[], SagaStore], steps: int, budget: float) -> float:
+    """Microseconds per step over ``steps`` steps, or as many whole sagas as fit ``budget`` s."""
     store = make_store()
+    done = 0
     started = time.perf_counter()
-    for _ in range(steps // STEPS_PER_SAGA):
+    while done < steps:
         saga = Saga("bench", store=store)
         for i in range(STEPS_PER_SAGA):
             saga.execute(TOOL, i)
         saga.rollback()
+        done += STEPS_PER_SAGA
+        if time.perf_counter() - started > budget:
+            break
     elapsed = time.perf_counter() - started
     close = getattr(store, "close", None)
     if close is not None:
         close()
-    return elapsed
+    return us_per(elapsed, done)
 
 
 def raw_sqlite_commits(path: Path, commits: int) -> float:
@@ -73,59 +99,156 @@ def raw_sqlite_commits(path: Path, commits: int) -> float:
     return elapsed
 
 
-def median_us(fn: Callable[[], float], count: int, repeat: int) -> tuple[float, float]:
-    """Median and spread (max - min) of microseconds per unit over ``repeat`` runs."""
-    samples = [fn() / count * 1e6 for _ in range(repeat)]
-    return statistics.median(samples), max(samples) - min(samples)
+def raw_psycopg_commits(url: str, commits: int) -> float:
+    import psycopg
+
+    with psycopg.connect(url) as db:
+        db.execute("CREATE TABLE IF NOT EXISTS bench_raw (id BIGSERIAL PRIMARY KEY, "
+                   "saga TEXT, body TEXT)")  # fmt: skip
+        db.commit()
+        started = time.perf_counter()
+        for i in range(commits):
+            db.execute("INSERT INTO bench_raw (saga, body) VALUES (%s, %s)",
+                       ("bench", f'{{"i": {i}}}'))  # fmt: skip
+            db.commit()
+        return time.perf_counter() - started
+
+
+def us_per(seconds: float, count: int) -> float:
+    return seconds / count * 1e6
+
+
+def _store_figures(
+    name: str,
+    key: str,
+    steps: list[float],
+    floor_label: str,
+    floor: list[float],
+    aim: report.Aim | None = None,
+    note: str = "",
+) -> list[report.Figure]:
+    """A store's per-step and per-transition figures, both over one raw commit."""
+    return [
+        report.Figure(
+            key=f"engine.{key}.step", group=GROUP, label=f"{name} step ({TRANSITIONS_PER_STEP} "
+            "commits)", unit="us/step", samples=steps, floor_label=floor_label,
+            floor_samples=floor, note=note,
+        ),
+        report.Figure(
+            key=f"engine.{key}.transition", group=GROUP, label=f"{name} per transition",
+            unit="us", samples=[s / TRANSITIONS_PER_STEP for s in steps],
+            floor_label=floor_label, floor_samples=floor, aim=aim, note=note,
+        ),
+    ]  # fmt: skip
+
+
+# ---------------------------------------------------------------- undo_core's own stores
+
+
+def core_figures(args: argparse.Namespace) -> list[report.Figure]:
+    steps = max(STEPS_PER_SAGA, args.steps // STEPS_PER_SAGA * STEPS_PER_SAGA)
+    sq_steps = max(STEPS_PER_SAGA, args.sqlite_steps // STEPS_PER_SAGA * STEPS_PER_SAGA)
+    bare, memory, lite, raw = [], [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in range(args.runs):
+            bare.append(us_per(bare_calls(steps), steps))
+            memory.append(saga_steps(MemoryStore, steps, args.budget))
+            path = Path(tmp) / f"bench-{run}.sqlite3"
+            lite.append(saga_steps(partial(SQLiteStore, path), sq_steps, args.budget))
+            raw_path = Path(tmp) / f"raw-{run}.sqlite3"
+            raw.append(us_per(raw_sqlite_commits(raw_path, sq_steps), sq_steps))
+    memory_figure = report.Figure(
+        key="engine.memory.step", group=GROUP, label="MemoryStore step", unit="us/step",
+        samples=memory, floor_label="bare execute + undo calls", floor_samples=bare,
+        aim=report.Aim("MemoryStore < 20 us/step", "value", "<=", 20.0),
+        note=f"{steps:,} steps a run",
+    )  # fmt: skip
+    sqlite_figures = _store_figures(
+        "SQLiteStore", "sqlite", lite, "raw sqlite3 single-row commit (WAL, synchronous=NORMAL)",
+        raw, report.Aim("SQLiteStore within 3x of raw commits", "ratio", "<=", 3.0),
+        f"{sq_steps:,} steps a run",
+    )  # fmt: skip
+    return [memory_figure, *sqlite_figures]
+
+
+# ---------------------------------------------------------------- DjangoStore
+
+
+@contextmanager
+def django_on(db: str, workdir: Path) -> Iterator[str]:
+    """Django set up on a migrated throw-away database of kind ``db``; yields its URL."""
+    with temp_database(db, workdir) as url:
+        manage(url, "migrate", "--no-input", "-v0")
+        # DEBUG off: no query log growing with every commit, as in production.
+        os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="sagaboard.settings",
+                          SAGABOARD_DEBUG="0", SAGABOARD_TASKS_EAGER="1")  # fmt: skip
+        import django
+
+        django.setup()
+        yield url
+
+
+def django_figures(db: str, args: argparse.Namespace) -> list[report.Figure]:
+    steps = max(STEPS_PER_SAGA, args.django_steps // STEPS_PER_SAGA * STEPS_PER_SAGA)
+    with tempfile.TemporaryDirectory() as tmp, django_on(db, Path(tmp)) as url:
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        from sagaboard.models import Project
+        from sagaboard.storage import DjangoStore
+
+        project = Project.objects.create(slug="bench", name="Bench")
+        store, floor = [], []
+        for run in range(args.runs):
+            store.append(saga_steps(lambda: DjangoStore(project), steps, args.budget))
+            if db == "postgres":
+                floor.append(us_per(raw_psycopg_commits(url, steps), steps))
+            else:
+                path = Path(connection.settings_dict["NAME"])
+                floor.append(us_per(raw_sqlite_commits(path.with_name(f"raw-{run}.db"), steps),
+                                    steps))  # fmt: skip
+        with CaptureQueriesContext(connection) as ctx:  # one more saga, untimed
+            saga_steps(lambda: DjangoStore(project), STEPS_PER_SAGA, args.budget)
+        queries = len(ctx.captured_queries) / STEPS_PER_SAGA
+    floor_label = (
+        "raw psycopg single-row commit" if db == "postgres"
+        else "raw sqlite3 single-row commit (Django's pragmas)"
+    )  # fmt: skip
+    return _store_figures(
+        f"DjangoStore on {DJANGO_DBS[db]}", f"django_{db}", store, floor_label, floor,
+        note=f"{steps:,} steps a run; {queries:.1f} SQL queries a step; a transition is one "
+        "transaction: the saga row locked, the step row, an event row",
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20_000, help="steps per run (default 20000)")
-    parser.add_argument("--sqlite-steps", type=int, default=4_000, help="steps per SQLite run")
-    parser.add_argument("--repeat", type=int, default=5, help="runs per figure (default 5)")
-    args = parser.parse_args(argv)
-    steps = max(STEPS_PER_SAGA, args.steps // STEPS_PER_SAGA * STEPS_PER_SAGA)
-    sq_steps = max(STEPS_PER_SAGA, args.sqlite_steps // STEPS_PER_SAGA * STEPS_PER_SAGA)
-
-    with tempfile.TemporaryDirectory() as tmp:
-        counter = iter(range(10**9))
-
-        def sqlite_store() -> SagaStore:
-            return SQLiteStore(Path(tmp) / f"bench-{next(counter)}.sqlite3")
-
-        bare, bare_spread = median_us(lambda: bare_calls(steps), steps, args.repeat)
-        memory, memory_spread = median_us(
-            lambda: saga_steps(MemoryStore, steps), steps, args.repeat
-        )
-        lite, lite_spread = median_us(
-            lambda: saga_steps(sqlite_store, sq_steps), sq_steps, args.repeat
-        )
-        raw, raw_spread = median_us(
-            lambda: raw_sqlite_commits(Path(tmp) / f"raw-{next(counter)}.sqlite3", sq_steps),
-            sq_steps,
-            args.repeat,
-        )
-
-    per_commit = lite / 4  # PENDING, COMPLETED, COMPENSATING, ROLLED_BACK: one commit each
-    rows = [
-        ("bare execute+undo calls (floor)", bare, bare_spread, "1.0x"),
-        ("MemoryStore step", memory, memory_spread, f"{memory / bare:,.0f}x bare"),
-        ("raw sqlite3 single-row commit (floor)", raw, raw_spread, "1.0x"),
-        ("SQLiteStore step (4 commits)", lite, lite_spread, f"{lite / raw:.2f}x raw commit"),
-        ("SQLiteStore per transition", per_commit, lite_spread / 4, f"{per_commit / raw:.2f}x"),
-    ]
-    print(f"undo_core engine benchmark: median of {args.repeat} runs, microseconds per unit")
-    print(f"{'figure':<40} {'median us':>10} {'spread':>9}  ratio")
-    for label, value, spread, ratio in rows:
-        print(f"{label:<40} {value:>10.2f} {spread:>9.2f}  {ratio}")
-    print()
-    verdict = "met" if memory < 20 else "MISSED"
-    print(f"aim MemoryStore < 20 us/step: {memory:.2f} us -> {verdict}")
-    print(
-        f"aim SQLiteStore within 3x of raw commits: {per_commit / raw:.2f}x per transition, "
-        f"{lite / raw:.2f}x per step (a step needs 4 durable transitions)"
+    parser = report.cli((__doc__ or "").splitlines()[0])
+    parser.add_argument("--steps", type=int, help="MemoryStore steps a run (20000; quick 2000)")
+    parser.add_argument("--sqlite-steps", type=int, help="SQLiteStore steps a run (4000; 400)")
+    parser.add_argument("--django-steps", type=int, help="DjangoStore steps a run (200; 50)")
+    parser.add_argument("--budget", type=float, help="seconds a store may take a run (20; 5)")
+    parser.add_argument(
+        "--django",
+        choices=[*DJANGO_DBS, "none"],
+        action="append",
+        help="DjangoStore on these databases (default: sqlite and postgres)",
     )
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)  # fmt: skip
+    args.steps = args.steps or (2_000 if args.quick else 20_000)
+    args.sqlite_steps = args.sqlite_steps or (400 if args.quick else 4_000)
+    args.django_steps = args.django_steps or (50 if args.quick else 200)
+    args.budget = args.budget or (5.0 if args.quick else 20.0)
+    dbs = [db for db in (args.django or list(DJANGO_DBS)) if db != "none"]
+    if args.child:
+        figures = django_figures(dbs[0], args)
+    else:
+        figures = core_figures(args)
+        for db in dbs:
+            child = ["--child", "--django", db, "--runs", str(args.runs), "--django-steps",
+                     str(args.django_steps), "--budget", str(args.budget)]  # fmt: skip
+            figures += figures_of("benchmarks.engine", child, timeout=300)
+    report.emit(figures, args.json)
 
 
 if __name__ == "__main__":
