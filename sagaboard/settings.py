@@ -94,6 +94,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "sagaboard.login_guard.LoginRateLimitMiddleware",  # 429 before a password is checked
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
@@ -195,6 +196,24 @@ else:
             "CONFIG": {"capacity": 1000},
         }
     }
+if REDIS_URL:
+    # One cache for every process: rate-limit counters (failed logins, bad tokens) must
+    # add up across web processes, or each process would allow the limit again.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": SAGABOARD_REDIS_PREFIX,
+        }
+    }
+
+# Rate limits (sagaboard/rate_limits.py): COUNT/PERIOD (s, m, h, d), or "off".
+# Failed logins per username and IP, and per IP whatever the username; failed API token
+# checks per IP; tokens minted per user. Over a limit: 429 with Retry-After.
+SAGABOARD_LOGIN_RATE = os.environ.get("SAGABOARD_LOGIN_RATE", "5/15m")
+SAGABOARD_LOGIN_IP_RATE = os.environ.get("SAGABOARD_LOGIN_IP_RATE", "30/15m")
+SAGABOARD_API_AUTH_RATE = os.environ.get("SAGABOARD_API_AUTH_RATE", "30/1m")
+SAGABOARD_TOKEN_MINT_RATE = os.environ.get("SAGABOARD_TOKEN_MINT_RATE", "20/1h")
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "saga_list"
