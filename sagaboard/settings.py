@@ -239,6 +239,10 @@ SAGABOARD_COMPENSATION_MODULES = _env_list(
 SAGABOARD_WEBHOOK_SECRET = os.environ.get("SAGABOARD_WEBHOOK_SECRET", "") or SECRET_KEY
 SAGABOARD_ALLOW_COMMAND_UNDOS = _env_bool("SAGABOARD_ALLOW_COMMAND_UNDOS", "0")
 SAGABOARD_UNDO_TIMEOUT_SECONDS = float(os.environ.get("SAGABOARD_UNDO_TIMEOUT_SECONDS", "30"))
+# The working directory of command undos (created, mode 0700): never the project's.
+SAGABOARD_COMMAND_UNDO_CWD = Path(
+    os.environ.get("SAGABOARD_COMMAND_UNDO_CWD", "").strip() or VAR_DIR / "undo-commands"
+)
 # Outgoing notifications (Slack-compatible JSON, HMAC-signed): approvals created or expired,
 # undos that ended ROLLBACK_FAILED. Links in them start with SAGABOARD_BASE_URL.
 SAGABOARD_NOTIFY_URL = os.environ.get("SAGABOARD_NOTIFY_URL", "").strip()
