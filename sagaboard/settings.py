@@ -303,8 +303,16 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["stderr"], "level": os.environ.get("SAGABOARD_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # At DEBUG it logs a whole template context (a minted token's page included)
+        # each time a variable is missing.
+        "django.template": {"level": "INFO"},
+    },
 }
+
+# Error reports (the DEBUG page, error e-mails) hide secrets and connection passwords.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "sagaboard.logs.SecretsReporterFilter"
 
 # Data retention (sagaboard/retention.py): a daily task deletes finished sagas (COMPLETED,
 # ROLLED_BACK) last changed more than this many days ago; 0 turns it off. Unresolved sagas
