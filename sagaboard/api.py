@@ -21,6 +21,13 @@ from ninja.security import HttpBearer
 from sagaboard import sagas, selectors
 from sagaboard.ingest import IngestError, events_ingest
 from sagaboard.models import ApiToken, Saga, Step
+from sagaboard.rate_limits import (
+    RateLimited,
+    client_ip,
+    hit,
+    parse_rate,
+    wait_seconds,
+)
 from sagaboard.schemas import (
     ErrorOut,
     EventBatchIn,
@@ -41,7 +48,14 @@ from sagaboard.tokens import token_authenticate
 
 class TokenAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> ApiToken | None:
-        return token_authenticate(token)
+        # Checked before the token is: an address over its limit gets no more guesses.
+        ip, rate = client_ip(request), parse_rate(settings.SAGABOARD_API_AUTH_RATE)
+        if wait := wait_seconds("api-auth", ip, rate):
+            raise RateLimited(wait)
+        found = token_authenticate(token)
+        if found is None:
+            hit("api-auth", ip, rate)
+        return found
 
 
 class _Encoder(NinjaJSONEncoder):
@@ -73,6 +87,7 @@ ERRORS: dict[int | str, Any] = {
     409: ErrorOut,
     413: ErrorOut,
     422: ErrorOut,
+    429: ErrorOut,
 }
 
 
@@ -123,6 +138,18 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
 @api.exception_handler(AuthenticationError)
 def _unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
     return _error(request, 401, "unauthorized", "a valid 'Authorization: Bearer' token is required")
+
+
+@api.exception_handler(RateLimited)
+def _rate_limited(request: HttpRequest, exc: RateLimited) -> HttpResponse:
+    response = _error(
+        request,
+        429,
+        "rate_limited",
+        f"too many failed authentications from this address: retry after {exc.retry_after} s",
+    )
+    response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 @api.exception_handler(HttpError)

@@ -1,7 +1,31 @@
 from django.apps import AppConfig
+from django.core.exceptions import ImproperlyConfigured
 
 
 class SagaboardConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "sagaboard"
     verbose_name = "Sagaboard"
+
+    def ready(self) -> None:
+        from django.conf import settings
+        from django.contrib.auth.signals import user_login_failed
+
+        from sagaboard.login_guard import login_failed
+        from sagaboard.rate_limits import parse_rate
+
+        # A mistyped rate fails at start-up, not on the first failed login.
+        for name in RATE_SETTINGS:
+            try:
+                parse_rate(getattr(settings, name))
+            except ValueError as err:
+                raise ImproperlyConfigured(f"{name}: {err}") from err
+        user_login_failed.connect(login_failed, dispatch_uid="sagaboard.login_failed")
+
+
+RATE_SETTINGS = (
+    "SAGABOARD_LOGIN_RATE",
+    "SAGABOARD_LOGIN_IP_RATE",
+    "SAGABOARD_API_AUTH_RATE",
+    "SAGABOARD_TOKEN_MINT_RATE",
+)

@@ -10,9 +10,13 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
+
+from django.views.debug import SafeExceptionReporterFilter
 
 _saga: contextvars.ContextVar[str | None] = contextvars.ContextVar("saga_id", default=None)
 _step: contextvars.ContextVar[str | None] = contextvars.ContextVar("step_id", default=None)
@@ -60,3 +64,23 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+# scheme://user:PASSWORD@host: the password part of a connection URL.
+_URL_PASSWORD = re.compile(r"([a-z][\w+.-]*://[^:/@\s]*:)[^@\s]*@", re.IGNORECASE)
+
+
+class SecretsReporterFilter(SafeExceptionReporterFilter):
+    """Django's error reports (the DEBUG page, error e-mails) without connection passwords.
+
+    Django hides settings named like secrets (``*_SECRET``, ``*_TOKEN``, ``*_KEY``...)
+    and the ``Authorization`` header, but shows ``DATABASE_URL``, ``REDIS_URL`` and
+    the broker's URL whole, password included; here the password is masked and the
+    rest (host, database) kept, as it helps debugging.
+    """
+
+    def cleanse_setting(self, key: Any, value: Any) -> Any:
+        value = super().cleanse_setting(key, value)
+        if isinstance(value, str) and "://" in value:
+            return _URL_PASSWORD.sub(rf"\g<1>{self.cleansed_substitute}@", value)
+        return value

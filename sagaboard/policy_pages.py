@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -89,7 +89,10 @@ def policy_edit(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _audit_rows(request: HttpRequest, projects: list[Project]) -> QuerySet[AuditEntry]:
-    rows = AuditEntry.objects.filter(project__in=projects)
+    scope = Q(project__in=projects)
+    if request.user.is_superuser:  # failed logins belong to no project: the whole site's
+        scope |= Q(project__isnull=True, action__startswith="login.")
+    rows = AuditEntry.objects.filter(scope)
     if who := request.GET.get("user", "").strip():
         rows = rows.filter(actor__icontains=who)
     if action := request.GET.get("action", "").strip():

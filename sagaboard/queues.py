@@ -100,6 +100,7 @@ def failures_open(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) -> l
 def compensation_plan(saga: Saga) -> list[dict[str, object]]:
     """The undos a rollback of ``saga`` runs, newest step first, and what each waits for."""
     from sagaboard.approvals import approval_reason, policies_enabled
+    from sagaboard.undo_kinds import plan_for
 
     policies = policies_enabled(saga.project)  # once, not once per step
     plan = []
@@ -118,7 +119,9 @@ def compensation_plan(saga: Saga) -> list[dict[str, object]]:
         else:
             why = approval_reason(saga.project, step, policies)
             what = f"will need approval: {why}" if why else "will run unattended"
-        plan.append({"step": step, "what": what})
+        # A command is shown as it will run: the approver reads it here and in the queue.
+        runs = plan_for(saga, step) if (step.undo or {}).get("kind") == "command" else None
+        plan.append({"step": step, "what": what, "runs": runs})
     return plan
 
 

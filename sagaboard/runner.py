@@ -109,13 +109,47 @@ def _lease_kept(saga: Saga, owner: str) -> Iterator[None]:
         keeper.join()
 
 
+def _approved_hash(saga: Saga, step: Step) -> str | None:
+    """The plan hash a person approved for this undo; None when it needs no approval.
+
+    Read again right before the undo runs (the engine does not ask the gate again
+    on an operator's retry): an undo that needs approval and has none that
+    stands is refused, whatever path reached it.
+    """
+    if approvals.approval_reason(saga.project, step) is None:
+        return None
+    current = step.approvals.exclude(status=Approval.Status.VOID).order_by("-pk").first()
+    if current is None or current.status != Approval.Status.APPROVED:
+        message = "refused: this undo needs approval and none stands for what would run"
+        _refused(saga, step, message)
+        raise undo_kinds.PlanChanged(message)
+    return current.plan_hash
+
+
+def _refused(saga: Saga, step: Step, message: str) -> None:
+    """Audit the refusal, and ask a person about what would run now (voiding the stale one)."""
+    log.warning("%s", message)
+    audit_log.record(
+        user=None, actor="worker", action="undo.refused", saga=saga, step=step,
+        reason=message, to_state=step.state,
+    )  # fmt: skip
+    fresh = Step.objects.get(pk=step.pk)
+    approvals.approval_open(saga, fresh, approvals.approval_reason(saga.project, fresh) or "")
+
+
 def _tools(saga: Saga, outputs: dict[str, str], owner: str) -> dict[str, Tool]:
     steps = {s.step_id: s for s in saga.steps.all()}
 
     def undo(output: Any, input: Any, ctx: UndoContext) -> None:
+        step = steps[ctx.step_id]
         with saga_context(saga.saga_id, ctx.step_id), _lease_kept(saga, owner):
             log.info("undo attempt %s starts (key %s)", ctx.attempt, ctx.idempotency_key)
-            outputs[ctx.step_id] = undo_kinds.run(saga, steps[ctx.step_id], ctx)
+            approved = _approved_hash(saga, step)
+            try:
+                outputs[ctx.step_id] = undo_kinds.run(saga, step, ctx, approved_hash=approved)
+            except undo_kinds.PlanChanged as refused:
+                _refused(saga, step, str(refused))
+                raise
             log.info("undo attempt %s succeeded", ctx.attempt)
 
     tools: dict[str, Tool] = {}
@@ -162,7 +196,7 @@ def attached(saga: Saga) -> Iterator[EngineSaga]:
                 step = Step.objects.get(saga=saga, step_id=step_id)
                 audit_log.record(
                     user=None, actor="worker", action="undo.output", saga=saga, step=step,
-                    reason=text[:10_000], to_state=step.state,
+                    reason=text[: undo_kinds.OUTPUT_CAP + 200], to_state=step.state,
                 )  # fmt: skip
 
 

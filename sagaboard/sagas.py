@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from django.db import IntegrityError, transaction
 
+from sagaboard import undo_kinds
 from sagaboard.ingest import IngestError
 from sagaboard.models import ApiRequest, Project, Saga, Step
 from sagaboard.storage import DjangoStore
@@ -161,6 +162,12 @@ def step_add(
     A shell-command undo always needs approval: it is text an agent sent.
     """
     payload = {"tool": tool_name, "input": input, "undo": undo, "ra": requires_approval}
+    if undo.get("kind") == "command":
+        try:
+            undo_kinds.command_argv(undo.get("command"))
+        except undo_kinds.UndoKindError as err:  # refused now, not when a rollback needs it
+            message = f"undo.command: {err}"
+            raise IngestError(422, "validation_error", message, "undo.command") from err
 
     def act() -> str:
         with _engine(project, saga_id) as saga:

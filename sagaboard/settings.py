@@ -94,6 +94,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "sagaboard.login_guard.LoginRateLimitMiddleware",  # 429 before a password is checked
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
@@ -195,6 +196,24 @@ else:
             "CONFIG": {"capacity": 1000},
         }
     }
+if REDIS_URL:
+    # One cache for every process: rate-limit counters (failed logins, bad tokens) must
+    # add up across web processes, or each process would allow the limit again.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": SAGABOARD_REDIS_PREFIX,
+        }
+    }
+
+# Rate limits (sagaboard/rate_limits.py): COUNT/PERIOD (s, m, h, d), or "off".
+# Failed logins per username and IP, and per IP whatever the username; failed API token
+# checks per IP; tokens minted per user. Over a limit: 429 with Retry-After.
+SAGABOARD_LOGIN_RATE = os.environ.get("SAGABOARD_LOGIN_RATE", "5/15m")
+SAGABOARD_LOGIN_IP_RATE = os.environ.get("SAGABOARD_LOGIN_IP_RATE", "30/15m")
+SAGABOARD_API_AUTH_RATE = os.environ.get("SAGABOARD_API_AUTH_RATE", "30/1m")
+SAGABOARD_TOKEN_MINT_RATE = os.environ.get("SAGABOARD_TOKEN_MINT_RATE", "20/1h")
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "saga_list"
@@ -220,6 +239,10 @@ SAGABOARD_COMPENSATION_MODULES = _env_list(
 SAGABOARD_WEBHOOK_SECRET = os.environ.get("SAGABOARD_WEBHOOK_SECRET", "") or SECRET_KEY
 SAGABOARD_ALLOW_COMMAND_UNDOS = _env_bool("SAGABOARD_ALLOW_COMMAND_UNDOS", "0")
 SAGABOARD_UNDO_TIMEOUT_SECONDS = float(os.environ.get("SAGABOARD_UNDO_TIMEOUT_SECONDS", "30"))
+# The working directory of command undos (created, mode 0700): never the project's.
+SAGABOARD_COMMAND_UNDO_CWD = Path(
+    os.environ.get("SAGABOARD_COMMAND_UNDO_CWD", "").strip() or VAR_DIR / "undo-commands"
+)
 # Outgoing notifications (Slack-compatible JSON, HMAC-signed): approvals created or expired,
 # undos that ended ROLLBACK_FAILED. Links in them start with SAGABOARD_BASE_URL.
 SAGABOARD_NOTIFY_URL = os.environ.get("SAGABOARD_NOTIFY_URL", "").strip()
@@ -287,8 +310,16 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["stderr"], "level": os.environ.get("SAGABOARD_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # At DEBUG it logs a whole template context (a minted token's page included)
+        # each time a variable is missing.
+        "django.template": {"level": "INFO"},
+    },
 }
+
+# Error reports (the DEBUG page, error e-mails) hide secrets and connection passwords.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "sagaboard.logs.SecretsReporterFilter"
 
 # Data retention (sagaboard/retention.py): a daily task deletes finished sagas (COMPLETED,
 # ROLLED_BACK) last changed more than this many days ago; 0 turns it off. Unresolved sagas

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -10,6 +11,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from sagaboard import selectors, tokens
 from sagaboard.models import ApiToken, Project
+from sagaboard.rate_limits import hit, parse_rate, wait_seconds
 
 LABEL_MAX = ApiToken._meta.get_field("label").max_length or 100
 
@@ -62,7 +64,15 @@ def token_list(request: HttpRequest) -> HttpResponse:
         errors["label"] = f"At most {LABEL_MAX} characters."
     if errors or project is None:
         return _page(request, projects, status=400, errors=errors, form=request.POST)
+    # A stolen admin session should not mint tokens by the hundred.
+    rate, who = parse_rate(settings.SAGABOARD_TOKEN_MINT_RATE), str(request.user.pk)
+    if wait := wait_seconds("token-mint", who, rate):
+        errors["mint"] = f"Too many tokens made: try again in {wait} s."
+        response = _page(request, projects, status=429, errors=errors, form=request.POST)
+        response["Retry-After"] = str(wait)
+        return response
     minted = tokens.token_create(project=project, label=label, acting_user=request.user)
+    hit("token-mint", who, rate)
     return _page(request, projects, status=201, minted=minted)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
@@ -19,8 +21,10 @@ TOKEN_PREFIX = "sgb_"
 @dataclass(frozen=True)
 class MintedToken:
     token: ApiToken
-    secret: str
-    """The whole token: shown once, never stored."""
+    secret: str = field(repr=False)
+    """The whole token: shown once, never stored. Not in the repr: Django's template
+    engine logs the whole context at DEBUG when a variable is missing, and tracebacks
+    with locals print reprs."""
 
 
 def _digest(raw: str) -> str:
@@ -78,15 +82,28 @@ def token_authenticate(raw: str) -> ApiToken | None:
     t, p = ApiToken._meta.db_table, Project._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT t.id, t.label, t.secret_hash, t.revoked_at IS NULL, p.id, p.slug, p.name "
-            f"FROM {t} t JOIN {p} p ON p.id = t.project_id WHERE t.prefix = %s",
+            f"SELECT t.id, t.label, t.secret_hash, t.revoked_at IS NULL, p.id, p.slug, p.name, "
+            f"t.last_used_at FROM {t} t JOIN {p} p ON p.id = t.project_id WHERE t.prefix = %s",
             [prefix],
         )
         row = cursor.fetchone()
     if row is None or not hmac.compare_digest(row[2], _digest(raw)) or not row[3]:
         return None
+    _mark_used(row[0], row[7])
     project = Project(id=row[4], slug=row[5], name=row[6])
     return ApiToken(id=row[0], label=row[1], prefix=prefix, project=project)
+
+
+def _mark_used(pk: int, last_used: Any) -> None:
+    """Keep "last used" (the token page shows it, to tell a dead token from a live one)
+    to the minute: one write per token per minute, not one per request."""
+    now = timezone.now()
+    if isinstance(last_used, str):  # SQLite hands back text from a raw query
+        last_used = datetime.fromisoformat(last_used)
+    if last_used is not None and timezone.is_naive(last_used):
+        last_used = timezone.make_aware(last_used, UTC)
+    if last_used is None or now - last_used > timedelta(minutes=1):
+        ApiToken.objects.filter(pk=pk).update(last_used_at=now)
 
 
 def parse_prefix(value: str) -> str:

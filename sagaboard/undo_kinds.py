@@ -9,23 +9,34 @@ A step posted through the API says how its undo runs (``Step.undo``):
   output, signed with HMAC-SHA256 (``X-Sagaboard-Signature: sha256=<hex>``
   over the body with ``SAGABOARD_WEBHOOK_SECRET``); any 2xx is success.
 - ``{"kind": "command", "command": "..."}``: off unless
-  ``SAGABOARD_ALLOW_COMMAND_UNDOS``; split with ``shlex`` and run without a
-  shell, with a timeout; always needs approval (it is text an agent sent).
+  ``SAGABOARD_ALLOW_COMMAND_UNDOS``; always needs approval (it is text an agent
+  sent). Split with ``shlex`` and run without a shell (``; rm -rf /`` stays
+  three arguments), in a fixed directory (``SAGABOARD_COMMAND_UNDO_CWD``), with
+  an environment of ``PATH`` and ``LANG`` only (nothing of the worker's: no
+  database URL, secret key or tokens), in its own process group killed whole on
+  timeout, its output read to a cap and the rest discarded.
 
-``plan_for`` says exactly what will run; an approval binds to its hash, so a
-changed URL, argument or command voids the approval.
+``plan_for`` says exactly what will run (for a command: the arguments, directory
+and environment); an approval binds to its hash, so a changed URL, argument or
+command voids the approval, and ``run`` refuses a plan whose hash is not the
+approved one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import importlib
 import json
+import os
 import shlex
+import signal
 import subprocess
+import threading
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import httpx
 from django.conf import settings
@@ -38,8 +49,18 @@ _HANDLERS: dict[str, Handler] = {}
 _loaded = False
 
 
+# What a command undo gets as its environment: nothing else from the worker's.
+COMMAND_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+# The most output kept from a command (bytes); the rest is read and discarded.
+OUTPUT_CAP = 64 * 1024
+
+
 class UndoKindError(RuntimeError):
     """The undo could not run as specified (unknown handler, commands disabled...)."""
+
+
+class PlanChanged(UndoKindError):
+    """What is about to run is not what was approved: it does not run."""
 
 
 def compensation(name: str) -> Callable[[Handler], Handler]:
@@ -90,7 +111,7 @@ def plan_for(saga: Saga, step: Step) -> dict[str, Any]:
     if kind == "webhook":
         return {"kind": "webhook", "url": spec.get("url"), "body": webhook_body(saga, step)}
     if kind == "command":
-        return {"kind": "command", "command": spec.get("command")}
+        return command_plan(spec.get("command"))
     if kind == "client":
         return {
             "kind": "client",
@@ -99,6 +120,34 @@ def plan_for(saga: Saga, step: Step) -> dict[str, Any]:
             "output": step.output,
         }
     return {"kind": "none"}
+
+
+def command_argv(command: str | None) -> list[str]:
+    """The arguments a command undo runs (``shlex``, no shell); UndoKindError says why not."""
+    if not command or not command.strip():
+        raise UndoKindError("the command is empty")
+    if "\x00" in command:
+        raise UndoKindError("the command contains a NUL character")
+    try:
+        return shlex.split(command)
+    except ValueError as err:  # an unclosed quote
+        raise UndoKindError(f"the command cannot be split into arguments: {err}") from err
+
+
+def command_plan(command: str | None) -> dict[str, Any]:
+    """Everything that decides what a command undo does, as the approver sees it."""
+    plan: dict[str, Any] = {
+        "kind": "command",
+        "command": command,
+        "argv": [],
+        "cwd": str(settings.SAGABOARD_COMMAND_UNDO_CWD),
+        "env": dict(COMMAND_ENV),
+    }
+    try:
+        plan["argv"] = command_argv(command)
+    except UndoKindError as err:
+        plan["error"] = str(err)
+    return plan
 
 
 def plan_hash(plan: dict[str, Any]) -> str:
@@ -110,9 +159,18 @@ def sign(body: bytes, secret: str) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def run(saga: Saga, step: Step, ctx: UndoContext) -> str:
-    """Run the step's undo once; raise on failure. Returns what it printed or answered."""
+def run(saga: Saga, step: Step, ctx: UndoContext, *, approved_hash: str | None = None) -> str:
+    """Run the step's undo once; raise on failure. Returns what it printed or answered.
+
+    ``approved_hash``: the plan hash a person approved. The plan is computed once,
+    hashed, compared, and that same plan is what runs: nothing can change between.
+    """
     plan = plan_for(saga, step)
+    if approved_hash is not None and plan_hash(plan) != approved_hash:
+        raise PlanChanged(
+            f"refused: what would run (plan {plan_hash(plan)[:12]}) is not what was approved "
+            f"(plan {approved_hash[:12]}); it needs a new approval"
+        )
     kind = plan["kind"]
     if kind == "handler":
         fn = handlers().get(plan["handler"] or "")
@@ -126,7 +184,7 @@ def run(saga: Saga, step: Step, ctx: UndoContext) -> str:
     if kind == "webhook":
         return _post_webhook(plan["url"], plan["body"], ctx)
     if kind == "command":
-        return _run_command(plan["command"])
+        return _run_command(plan)
     raise UndoKindError(f"a {kind!r} undo does not run in sagaboard")
 
 
@@ -146,23 +204,76 @@ def _post_webhook(url: str, body: dict[str, Any], ctx: UndoContext) -> str:
     return f"HTTP {response.status_code} {response.text[:2000]}"
 
 
-def _run_command(command: str) -> str:
+def _run_command(plan: dict[str, Any]) -> str:
     if not settings.SAGABOARD_ALLOW_COMMAND_UNDOS:
         raise UndoKindError("command undos are off (set SAGABOARD_ALLOW_COMMAND_UNDOS=1)")
-    argv = shlex.split(command)
-    if not argv:
-        raise UndoKindError("the command is empty")
+    if plan.get("error"):
+        raise UndoKindError(plan["error"])
+    argv, cwd, timeout = plan["argv"], Path(plan["cwd"]), settings.SAGABOARD_UNDO_TIMEOUT_SECONDS
+    cwd.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
-        done = subprocess.run(
+        process = subprocess.Popen(
             argv,
-            capture_output=True,
-            text=True,
-            timeout=settings.SAGABOARD_UNDO_TIMEOUT_SECONDS,
-            check=False,
+            cwd=cwd,
+            env=plan["env"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, to kill whole
         )
     except FileNotFoundError as err:
-        raise UndoKindError(f"command not found: {argv[0]}") from err
-    output = (done.stdout + done.stderr)[-10_000:]
-    if done.returncode != 0:
-        raise UndoKindError(f"command exited with {done.returncode}: {output[-2000:]}")
-    return output
+        raise UndoKindError(f"command not found: {argv[0]} (PATH={plan['env']['PATH']})") from err
+    except OSError as err:
+        raise UndoKindError(f"the command cannot start: {err}") from err
+    assert process.stdout is not None
+    output = _CappedOutput(process.stdout, OUTPUT_CAP)
+    try:
+        code: int | None = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        # Whatever it left running goes too (and a child holding the pipe open would
+        # otherwise keep the reader waiting).
+        _kill_group(process.pid)
+        process.wait()
+    text = output.finish()
+    if code is None:
+        raise UndoKindError(
+            f"command timed out after {timeout:g} s (killed with its process group); "
+            f"output so far: {text[-2000:]}"
+        )
+    if code != 0:
+        raise UndoKindError(f"command exited with {code}: {text[-2000:]}")
+    return text
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left in it
+        os.killpg(pgid, signal.SIGKILL)
+
+
+class _CappedOutput:
+    """Reads a pipe to its end in a thread, keeping the first ``cap`` bytes only.
+
+    Memory stays bounded whatever the command prints (``yes`` for a minute); the
+    pipe is drained, so the command never blocks on a full pipe.
+    """
+
+    def __init__(self, stream: IO[bytes], cap: int) -> None:
+        self.kept, self.dropped, self.cap = bytearray(), 0, cap
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[bytes]) -> None:
+        with stream:
+            while chunk := os.read(stream.fileno(), 65536):
+                room = self.cap - len(self.kept)
+                self.kept += chunk[:room] if room > 0 else b""
+                self.dropped += max(0, len(chunk) - max(room, 0))
+
+    def finish(self) -> str:
+        self._thread.join(timeout=5)
+        text = self.kept.decode("utf-8", "replace")
+        if self.dropped:
+            text += f"\n[output truncated: {self.dropped} more bytes not kept]"
+        return text

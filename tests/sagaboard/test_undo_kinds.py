@@ -12,7 +12,7 @@ from test_notifications import Receiver
 
 from sagaboard import approvals, runner, sagas
 from sagaboard.models import Approval, Event, Project, Saga, Step
-from sagaboard.undo_kinds import plan_for, plan_hash
+from sagaboard.undo_kinds import COMMAND_ENV, plan_for, plan_hash
 
 pytestmark = pytest.mark.django_db
 
@@ -86,11 +86,16 @@ def decide(saga: Saga) -> None:
     )  # fmt: skip
 
 
-def test_a_command_undo_waits_for_approval_and_is_off_by_default(shop: Project) -> None:
+def test_a_command_undo_waits_for_approval_and_is_off_by_default(
+    shop: Project, settings: Any
+) -> None:
     saga = one_step_saga(shop, {"kind": "command", "command": "echo undone"})
     assert runner.rollback_continue(saga.pk) == "COMPENSATING"
     approval = Approval.objects.get(saga=saga)
-    assert approval.plan == {"kind": "command", "command": "echo undone"}
+    assert approval.plan == {
+        "kind": "command", "command": "echo undone", "argv": ["echo", "undone"],
+        "cwd": str(settings.SAGABOARD_COMMAND_UNDO_CWD), "env": COMMAND_ENV,
+    }  # fmt: skip
     decide(saga)
     assert runner.rollback_continue(saga.pk) == "ROLLBACK_FAILED"
     assert "command undos are off" in (Step.objects.get(saga=saga).error or "")
