@@ -24,6 +24,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -73,7 +74,31 @@ if _env_bool("SAGABOARD_HTTPS", "0"):
     SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SAGABOARD_HSTS_SUBDOMAINS", "1")
     SECURE_HSTS_PRELOAD = _env_bool("SAGABOARD_HSTS_PRELOAD", "1")
 SESSION_COOKIE_HTTPONLY = True
+# Lax, not Strict: a link from a notification (Slack, mail) must open the page logged in;
+# every state change is a POST, which Lax keeps off cross-site requests.
+SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = True  # no script reads it: htmx takes the token from the page
 X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+
+# Content-Security-Policy (Django 6's middleware), on every response, with or without
+# HTTPS. No inline script, no eval, no inline style: every script and stylesheet is a
+# file under static/, and htmx runs with allowEval off (templates/_base.html). A stored
+# payload that escaping ever missed could still not run.
+SECURE_CSP = {
+    "default-src": [CSP.NONE],  # anything not named below is refused
+    "script-src": [CSP.SELF],  # our static files; no inline, no eval, no nonce needed
+    "style-src": [CSP.SELF],  # sagaboard.css (and the admin's); no style attributes
+    "img-src": [CSP.SELF],
+    "font-src": [CSP.SELF],
+    "connect-src": [CSP.SELF],  # htmx requests and the live feed (CSP 3: 'self' covers ws/wss)
+    "form-action": [CSP.SELF],  # a form (or an injected one) posts nowhere else
+    "frame-ancestors": [CSP.NONE],  # no framing: clickjacking (X-Frame-Options for old browsers)
+    "base-uri": [CSP.NONE],  # an injected <base> cannot redirect relative URLs
+    "object-src": [CSP.NONE],  # no plugins
+}
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -83,11 +108,13 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.humanize",
     "django.contrib.staticfiles",
+    "ninja",  # the API docs page from local static files (its CDN page has inline script)
     "sagaboard",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files, in every process
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import path
+from django.views.generic import RedirectView
 
 from sagaboard import hitl_pages, policy_pages, probes, token_pages, views
 from sagaboard.api import api
@@ -24,6 +26,8 @@ urlpatterns = [
     path("sagas/<slug:project>/<str:saga_id>/", views.saga_detail, name="saga_detail"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Pages without an icon link (the admin's) make browsers ask for this: no 404 in their console.
+    path("favicon.ico", RedirectView.as_view(url=static("sagaboard/favicon.svg"))),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
 ]
