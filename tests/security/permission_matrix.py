@@ -57,7 +57,7 @@ MEMBERS = ("viewer", "operator", "approver", "admin")
 #   "✎ other"       changed data of project other only (a token of other, in its own project)
 #   "∅"             answered, but shows nothing of shop (the marker of the row is absent)
 # A websocket answers "accept" (and catches up on shop's events), "accept ∅" (and sends
-# nothing of shop), or "close 4401".
+# nothing of shop), "close 4401" (no session) or "close 1000" (refused for its Origin).
 
 LOGIN = "302 → login"
 ADMIN_LOGIN = "302 → admin login"
@@ -88,6 +88,8 @@ class Row:
     htmx: bool = False
     shows: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    """Request headers beyond the persona's own (a websocket's Origin)."""
 
     @property
     def label(self) -> str:
@@ -316,6 +318,9 @@ WEBSOCKETS: list[Row] = [
     Row("Websocket", "ws /ws/sagas/", "WS", "/ws/sagas/?attention=1&after=0",
         ws(members="accept", stranger=f"accept {NOTHING}", norole=f"accept {NOTHING}"),
         action="needs attention", shows="{failed_saga_id}"),
+    Row("Websocket", "ws /ws/sagas/", "WS", "/ws/sagas/?list=1&after=0", everyone("close 1000"),
+        action="opened by another site's page", headers={"origin": "https://evil.example"},
+        shows="{saga_id}"),
 ]  # fmt: skip
 
 ROWS: list[Row] = [*PAGES, *API, *WEBSOCKETS]
@@ -348,7 +353,8 @@ def render_markdown(rows: list[Row] | None = None) -> str:
         " wrote an audit entry); `✎ other`: changed only project other's data; `∅`: answered"
         " with nothing of shop in it. A cell without `✎` changed nothing at all (no audit"
         " entry, no state). Websockets: `accept` (and catch up on shop's events),"
-        " `accept ∅` (and never send anything of shop) or `close 4401`.",
+        " `accept ∅` (and never send anything of shop), `close 4401` (not logged in) or"
+        " `close 1000` (the page's Origin is not one of ALLOWED_HOSTS: refused before the feed).",
     ]
     for section in dict.fromkeys(r.section for r in rows):
         out += ["", f"### {section}", ""]
