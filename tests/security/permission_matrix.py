@@ -33,6 +33,7 @@ PERSONAS: dict[str, str] = {
     "operator": "member of shop, role operator",
     "approver": "member of shop, role approver",
     "admin": "member of shop, role admin (not Django staff)",
+    "superuser": "Django superuser (staff), member of no project: sees every project",
     "stranger": "member of project other with role admin: a user of another project",
     "norole": "member of shop in no role group",
     "token": "a valid API token of shop (no session)",
@@ -41,7 +42,7 @@ PERSONAS: dict[str, str] = {
 }
 """Persona key -> who it is. Column order of the table."""
 
-SESSION = ("viewer", "operator", "approver", "admin", "stranger", "norole")
+SESSION = ("viewer", "operator", "approver", "admin", "superuser", "stranger", "norole")
 """Personas logged in to the dashboard."""
 BEARERS = ("token", "revoked", "other_token")
 """Personas that send ``Authorization: Bearer <token>`` and have no session."""
@@ -98,12 +99,16 @@ class Row:
 
 
 def _cells(no_session: str, **given: str) -> dict[str, str]:
-    """Every persona's answer: ``no_session`` for anonymous and the bearers unless given."""
+    """Every persona's answer: ``no_session`` for anonymous and the bearers unless given.
+
+    The superuser answers as shop's admin unless given.
+    """
     answers = {p: no_session for p in ("anonymous", *BEARERS)}
     for name, value in given.items():
         targets = MEMBERS if name == "members" else (name,)
         for persona in targets:
             answers[persona] = value
+    answers.setdefault("superuser", answers["admin"])
     missing = set(PERSONAS) - set(answers)
     assert not missing, f"no answer for {sorted(missing)}"
     return {p: answers[p] for p in PERSONAS}
@@ -246,8 +251,9 @@ PAGES: list[Row] = [
         action="no SAGABOARD_METRICS_TOKEN"),
     Row("Pages", "metrics", "GET", "/metrics", everyone("401"),
         action="SAGABOARD_METRICS_TOKEN set", settings={"SAGABOARD_METRICS_TOKEN": "m-secret"}),
-    Row("Pages", "admin", "GET", "/admin/", everyone(ADMIN_LOGIN)),
-    Row("Pages", "admin", "GET", "/admin/sagaboard/apitoken/", everyone(ADMIN_LOGIN)),
+    Row("Pages", "admin", "GET", "/admin/", {**everyone(ADMIN_LOGIN), "superuser": "200"}),
+    Row("Pages", "admin", "GET", "/admin/sagaboard/apitoken/",
+        {**everyone(ADMIN_LOGIN), "superuser": "200"}, shows="{prefix}"),
 ]  # fmt: skip
 
 _OWN = "200"
