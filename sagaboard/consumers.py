@@ -41,8 +41,10 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         for pk in self.projects:
             await self.channel_layer.group_add(project_group(pk), self.channel_name)
         await self.accept()
-        after = params.get("after", "")
-        start = int(after) if after.isdigit() else await _newest_id()
+        after, newest = params.get("after", ""), await _newest_id()
+        # Never past the log's end: the first browser's ``after`` starts this process's relay,
+        # so one typed into the URL would freeze every browser's feed (and overflow SQL).
+        start = min(int(after), newest) if after.isdigit() else newest
         # Per project, the newest event this browser has: everything after it is either
         # relayed or refilled from the log, so delivery is complete whatever is dropped.
         self.last: dict[int, int] = dict.fromkeys(self.projects, start)

@@ -66,7 +66,11 @@ def _bulk_answer(
     text = f"{done} of {len(results)} done." + (
         " Not done: " + "; ".join(refused) if refused else ""
     )
-    return _answer(request, back=back, text=text, ok=not refused, status=200 if done else 409)
+    # Nothing done for one reason: that reason's status, as for a single item (a viewer's
+    # bulk approve is 403, another project's ids 404); mixed reasons: 409.
+    codes = {r.code for _, r in results if isinstance(r, DecisionRefused)}
+    status = 200 if done else REFUSED_STATUS.get(codes.pop(), 400) if len(codes) == 1 else 409
+    return _answer(request, back=back, text=text, ok=not refused, status=status)
 
 
 # ---------------------------------------------------------------- approvals

@@ -13,6 +13,7 @@ import pytest
 # Helper modules that sit beside the tests (tests/sagaboard/agent_runs.py) import by name.
 sys.path.insert(0, str(Path(__file__).parent / "sagaboard"))
 sys.path.insert(0, str(Path(__file__).parent / "e2e"))  # tests/e2e/chromium.py
+sys.path.insert(0, str(Path(__file__).parent / "security"))  # tests/security/permission_matrix.py
 
 
 @pytest.fixture(autouse=True)
