@@ -11,3 +11,4 @@ from pathlib import Path
 # Helper modules that sit beside the tests (tests/sagaboard/agent_runs.py) import by name.
 sys.path.insert(0, str(Path(__file__).parent / "sagaboard"))
 sys.path.insert(0, str(Path(__file__).parent / "e2e"))  # tests/e2e/chromium.py
+sys.path.insert(0, str(Path(__file__).parent / "security"))  # tests/security/fuzz_data.py
