@@ -5,6 +5,7 @@ Every error leaves as ``{"error": {"code", "message", "field", ...}}`` (docs/api
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -18,8 +19,9 @@ from ninja.renderers import JSONRenderer
 from ninja.responses import NinjaJSONEncoder
 from ninja.security import HttpBearer
 
-from sagaboard import sagas, selectors
+from sagaboard import api_links, sagas, selectors
 from sagaboard.ingest import IngestError, events_ingest
+from sagaboard.limits import JsonParser, NotJson
 from sagaboard.models import ApiToken, Saga, Step
 from sagaboard.rate_limits import (
     RateLimited,
@@ -42,8 +44,14 @@ from sagaboard.schemas import (
     StepCompleteIn,
     StepFailIn,
     StepOut,
+    Text,
+    Timestamp,
 )
 from sagaboard.tokens import token_authenticate
+from undo_core import SagaStatus
+
+log = logging.getLogger(__name__)
+BIGINT = 2**63 - 1  # the largest id or log position a database row can have
 
 
 class TokenAuth(HttpBearer):
@@ -73,6 +81,7 @@ class _Renderer(JSONRenderer):
 
 api = NinjaAPI(
     renderer=_Renderer(),
+    parser=JsonParser(),
     title="sagaboard",
     version="1",
     description="Saga events from AI agents; see docs/api.md.",
@@ -80,6 +89,9 @@ api = NinjaAPI(
     auth=TokenAuth(),
 )
 
+# Every operation may answer these, all as ErrorOut (docs/api.md, "Errors"): a body that is
+# not JSON (400), no token (401), an unknown id (404), a refused move (409), a body over the
+# limit (413, sagaboard.body_limit), invalid input or a limit (422), a busy database (503).
 ERRORS: dict[int | str, Any] = {
     400: ErrorOut,
     401: ErrorOut,
@@ -88,6 +100,7 @@ ERRORS: dict[int | str, Any] = {
     413: ErrorOut,
     422: ErrorOut,
     429: ErrorOut,
+    503: ErrorOut,
 }
 
 
@@ -155,8 +168,18 @@ def _rate_limited(request: HttpRequest, exc: RateLimited) -> HttpResponse:
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     if exc.status_code == 400:
-        return _error(request, 400, "malformed_json", "the request body is not valid JSON")
+        cause = exc.__cause__
+        message = str(cause) if isinstance(cause, NotJson) else "the request body is not valid JSON"
+        return _error(request, 400, "malformed_json", message)
     return _error(request, exc.status_code, "error", str(exc))
+
+
+@api.exception_handler(Exception)
+def _server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # A bug, not the client's fault: logged with its traceback, answered in the API's shape
+    # (never Django's HTML page). The request's transaction has been rolled back.
+    log.exception("API request failed: %s %s", request.method, request.path)
+    return _error(request, 500, "internal_error", "the server failed; nothing was applied")
 
 
 @api.exception_handler(OperationalError)
@@ -170,7 +193,8 @@ def _database_unavailable(request: HttpRequest, exc: OperationalError) -> HttpRe
 @api.exception_handler(RequestDataTooBig)
 def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    return _error(request, 413, "payload_too_large", f"the body is over {limit} bytes")
+    message = f"the body is over {limit} bytes (SAGABOARD_API_MAX_BODY)"
+    return _error(request, 413, "payload_too_large", message)
 
 
 def _token(request: HttpRequest) -> ApiToken:
@@ -238,35 +262,38 @@ def _step(step: Step) -> dict[str, Any]:
     }
 
 
-def _saga_out(request: HttpRequest, saga_id: str) -> Any:
+def _saga_out(request: HttpRequest, saga_id: str) -> dict[str, Any]:
     saga = selectors.saga_get_for_project(project=_token(request).project, saga_id=saga_id)
     if saga is None:
-        return _error(request, 404, "not_found", f"no saga {saga_id!r} in this project")
+        raise IngestError(404, "not_found", f"no saga {saga_id!r} in this project", "saga_id")
     return {**_summary(saga), "steps": [_step(s) for s in saga.steps.all()]}
 
 
-def _step_out(request: HttpRequest, saga_id: str, step_id: str) -> Any:
+def _step_out(request: HttpRequest, saga_id: str, step_id: str) -> dict[str, Any]:
     saga = selectors.saga_get_for_project(project=_token(request).project, saga_id=saga_id)
     step = next((s for s in saga.steps.all() if s.step_id == step_id), None) if saga else None
     if step is None:
-        return _error(request, 404, "not_found", f"no step {step_id!r} in saga {saga_id!r}")
+        raise IngestError(404, "not_found", f"no step {step_id!r} in saga {saga_id!r}", "step_id")
     return _step(step)
 
 
 @api.get("/sagas/{saga_id}", response={200: SagaOut, **ERRORS}, tags=["sagas"])
-def get_saga(request: HttpRequest, saga_id: str) -> Any:
+def get_saga(request: HttpRequest, saga_id: Text) -> Any:
     """One saga with its steps and their compensation attempts."""
     return _saga_out(request, saga_id)
 
 
 @api.get("/sagas/{saga_id}/events", response={200: EventPageOut, **ERRORS}, tags=["sagas"])
-def list_saga_events(request: HttpRequest, saga_id: str, after: int = 0, limit: int = 500) -> Any:
+def list_saga_events(
+    request: HttpRequest,
+    saga_id: Text,
+    after: int = Query(0, ge=0, le=BIGINT),
+    limit: int = Query(500, ge=1, le=1000),
+) -> Any:
     """The saga's event log, oldest first; pass the last ``log_id`` as ``after`` to go on."""
-    if not 1 <= limit <= 1000:
-        return _error(request, 422, "validation_error", "limit must be 1..1000", field="limit")
     saga = selectors.saga_get_for_project(project=_token(request).project, saga_id=saga_id)
     if saga is None:
-        return _error(request, 404, "not_found", f"no saga {saga_id!r} in this project")
+        raise IngestError(404, "not_found", f"no saga {saga_id!r} in this project", "saga_id")
     rows = selectors.event_list_for_saga(saga=saga, after=after, limit=limit)
     items = [
         {
@@ -290,7 +317,12 @@ def list_saga_events(request: HttpRequest, saga_id: str, after: int = 0, limit: 
 # ---------------------------------------------------------------- driving a saga by hand
 
 
-@api.post("/sagas", response={201: SagaOut, **ERRORS}, tags=["manual flow"])
+@api.post(
+    "/sagas",
+    response={201: SagaOut, **ERRORS},
+    tags=["manual flow"],
+    openapi_extra=api_links.BEGIN_SAGA,
+)
 def begin_saga(request: HttpRequest, payload: SagaBeginIn) -> Any:
     """Begin a saga that sagaboard drives (the seed's ``saga_begin``)."""
     saga_id = sagas.saga_begin(
@@ -305,8 +337,13 @@ def begin_saga(request: HttpRequest, payload: SagaBeginIn) -> Any:
     return Status(201, _saga_out(request, saga_id))
 
 
-@api.post("/sagas/{saga_id}/steps", response={201: StepOut, **ERRORS}, tags=["manual flow"])
-def add_step(request: HttpRequest, saga_id: str, payload: StepAddIn) -> Any:
+@api.post(
+    "/sagas/{saga_id}/steps",
+    response={201: StepOut, **ERRORS},
+    tags=["manual flow"],
+    openapi_extra=api_links.ADD_STEP,
+)
+def add_step(request: HttpRequest, saga_id: Text, payload: StepAddIn) -> Any:
     """Register a step and how its undo runs (``saga_add_step``)."""
     step_id = sagas.step_add(
         project=_token(request).project,
@@ -325,8 +362,11 @@ def add_step(request: HttpRequest, saga_id: str, payload: StepAddIn) -> Any:
     "/sagas/{saga_id}/steps/{step_id}/complete",
     response={200: StepOut, **ERRORS},
     tags=["manual flow"],
+    openapi_extra=api_links.STEP_MOVED,
 )
-def complete_step(request: HttpRequest, saga_id: str, step_id: str, payload: StepCompleteIn) -> Any:
+def complete_step(
+    request: HttpRequest, saga_id: Text, step_id: Text, payload: StepCompleteIn
+) -> Any:
     """Mark a step completed with its output (``saga_complete_step``)."""
     sagas.step_complete(
         project=_token(request).project,
@@ -339,9 +379,12 @@ def complete_step(request: HttpRequest, saga_id: str, step_id: str, payload: Ste
 
 
 @api.post(
-    "/sagas/{saga_id}/steps/{step_id}/fail", response={200: StepOut, **ERRORS}, tags=["manual flow"]
+    "/sagas/{saga_id}/steps/{step_id}/fail",
+    response={200: StepOut, **ERRORS},
+    tags=["manual flow"],
+    openapi_extra=api_links.STEP_MOVED,
 )
-def fail_step(request: HttpRequest, saga_id: str, step_id: str, payload: StepFailIn) -> Any:
+def fail_step(request: HttpRequest, saga_id: Text, step_id: Text, payload: StepFailIn) -> Any:
     """Mark a step failed (``saga_fail_step``); the saga stays open until a rollback."""
     sagas.step_fail(
         project=_token(request).project,
@@ -354,14 +397,14 @@ def fail_step(request: HttpRequest, saga_id: str, step_id: str, payload: StepFai
 
 
 @api.post("/sagas/{saga_id}/complete", response={200: SagaOut, **ERRORS}, tags=["manual flow"])
-def complete_saga(request: HttpRequest, saga_id: str, payload: SagaActionIn) -> Any:
+def complete_saga(request: HttpRequest, saga_id: Text, payload: SagaActionIn) -> Any:
     """Finish the saga successfully."""
     sagas.saga_complete(project=_token(request).project, event_id=payload.event_id, saga_id=saga_id)
     return _saga_out(request, saga_id)
 
 
 @api.post("/sagas/{saga_id}/rollback", response={202: SagaOut, **ERRORS}, tags=["manual flow"])
-def rollback_saga(request: HttpRequest, saga_id: str, payload: SagaActionIn) -> Any:
+def rollback_saga(request: HttpRequest, saga_id: Text, payload: SagaActionIn) -> Any:
     """Request a rollback (``saga_rollback``): the saga becomes COMPENSATING.
 
     Server-side undos then run in workers, newest first, each under its approval rules.
@@ -376,20 +419,23 @@ def rollback_saga(request: HttpRequest, saga_id: str, payload: SagaActionIn) -> 
     return Status(202, _saga_out(request, saga_id))
 
 
-@api.get("/sagas", response={200: SagaPageOut, **ERRORS}, tags=["sagas"])
+@api.get(
+    "/sagas",
+    response={200: SagaPageOut, **ERRORS},
+    tags=["sagas"],
+    openapi_extra=api_links.LIST_SAGAS,
+)
 def list_sagas(
     request: HttpRequest,
-    status: Query[list[str] | None] = None,
-    tool: str | None = None,
-    q: str | None = None,
-    updated_after: datetime | None = None,
-    updated_before: datetime | None = None,
-    cursor: str | None = None,
-    limit: int = 50,
+    status: Query[list[SagaStatus] | None] = None,
+    tool: Text | None = None,
+    q: Text | None = None,
+    updated_after: Timestamp | None = None,
+    updated_before: Timestamp | None = None,
+    cursor: Text | None = None,
+    limit: int = Query(50, ge=1, le=500),
 ) -> Any:
     """Sagas newest first, filtered; follow ``next_cursor`` for the next page."""
-    if not 1 <= limit <= 500:
-        return _error(request, 422, "validation_error", "limit must be 1..500", field="limit")
     try:
         rows, next_cursor = selectors.saga_list(
             projects=[_token(request).project],

@@ -15,9 +15,9 @@ from django.http import HttpRequest
 from ninja import Body, Query, Router
 from pydantic import Field
 
-from sagaboard import decisions
+from sagaboard import api_links, decisions
 from sagaboard.models import ApiToken
-from sagaboard.schemas import ErrorOut, Out, StrictSchema
+from sagaboard.schemas import ErrorOut, Out, StrictSchema, Text
 
 router = Router(tags=["decisions"])
 
@@ -26,6 +26,7 @@ ERRORS: dict[int | str, Any] = {
     401: ErrorOut,
     404: ErrorOut,
     409: ErrorOut,
+    413: ErrorOut,
     422: ErrorOut,
     503: ErrorOut,
 }
@@ -38,7 +39,7 @@ WAIT = Query(
 
 
 class ApprovalAskIn(StrictSchema):
-    why: str | None = Field(default=None, max_length=2000)
+    why: Text | None = Field(default=None, max_length=2000)
 
 
 class ApprovalOut(Out):
@@ -71,7 +72,7 @@ class DecisionOut(Out):
 
 class AckIn(StrictSchema):
     action: Literal["retry", "resolve"]
-    at: str | None = Field(default=None, max_length=64)
+    at: Text | None = Field(default=None, max_length=64)
 
 
 class AckOut(Out):
@@ -92,7 +93,7 @@ def _token(request: HttpRequest) -> ApiToken:
     response={200: ApprovalRuleOut, **ERRORS},
     summary="Does sagaboard want approval for this step's undo?",
 )
-def approval_rule(request: HttpRequest, saga_id: str, step_id: str) -> dict[str, Any]:
+def approval_rule(request: HttpRequest, saga_id: Text, step_id: Text) -> dict[str, Any]:
     """``{"needed", "why"}`` from the project's policies (and command undos)."""
     project = _token(request).project
     return decisions.approval_rule(project=project, saga_id=saga_id, step_id=step_id)
@@ -102,9 +103,10 @@ def approval_rule(request: HttpRequest, saga_id: str, step_id: str) -> dict[str,
     "/sagas/{saga_id}/steps/{step_id}/approval",
     response={200: ApprovalOut, **ERRORS},
     summary="Ask for approval of a step's undo",
+    openapi_extra=api_links.REQUEST_APPROVAL,
 )
 def request_approval(
-    request: HttpRequest, saga_id: str, step_id: str, payload: Body[ApprovalAskIn | None] = None
+    request: HttpRequest, saga_id: Text, step_id: Text, payload: Body[ApprovalAskIn | None] = None
 ) -> dict[str, Any]:
     """The approval for this step's undo: the current one, or a new PENDING one.
 
@@ -136,7 +138,9 @@ async def get_approval(request: HttpRequest, approval_id: int, wait: float = WAI
     response={200: DecisionOut, **ERRORS},
     summary="Read (or wait for) an operator's decision on a failed undo",
 )
-async def get_decision(request: HttpRequest, saga_id: str, step_id: str, wait: float = WAIT) -> Any:
+async def get_decision(
+    request: HttpRequest, saga_id: Text, step_id: Text, wait: float = WAIT
+) -> Any:
     """retry, resolve or leave, with who and why; ``action: null`` if nothing after ``wait``."""
     return await decisions.decision_wait(
         project=_token(request).project, saga_id=saga_id, step_id=step_id, wait=wait
@@ -148,7 +152,7 @@ async def get_decision(request: HttpRequest, saga_id: str, step_id: str, wait: f
     response={200: AckOut, **ERRORS},
     summary="Acknowledge an operator's retry or resolve, once carried out",
 )
-def ack_decision(request: HttpRequest, saga_id: str, step_id: str, payload: AckIn) -> Any:
+def ack_decision(request: HttpRequest, saga_id: Text, step_id: Text, payload: AckIn) -> Any:
     """Clear the pending request, if it is still ``action`` (and ``at``, if given); else 409."""
     token = _token(request)
     return decisions.decision_ack(

@@ -15,8 +15,10 @@ from types import SimpleNamespace
 from typing import Any, Literal
 
 from django.db import IntegrityError, transaction
+from django.db.models import Count
 from django.utils import timezone
 
+from sagaboard import limits
 from sagaboard.bulk import Table, select
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from sagaboard.schemas import TransitionIn
@@ -117,6 +119,7 @@ class _Batch:
                 step_id__in=[s.pk for s in self.steps.values()]
             ).values_list("step_id", "number"):
                 self.attempts.setdefault(step_pk, set()).add(number)
+        self.step_counts: dict[str, int] | None = None
         self.log_id: int | None = None
         self.token_pk: int | None = None
         self.failed_undos: list[tuple[str, str]] = []
@@ -125,6 +128,15 @@ class _Batch:
 
     def step(self, saga: Any, step_id: str) -> Any:
         return self.steps.get((saga.saga_id, step_id))
+
+    def step_added(self, saga_id: str) -> int:
+        """The saga's step count with one more; stored steps are counted in one query, once."""
+        if self.step_counts is None:
+            pks = {s.pk: s.saga_id for s in self.sagas.values() if s.pk is not None}
+            rows = Step.objects.filter(saga_id__in=list(pks)).values_list("saga_id")
+            self.step_counts = {pks[pk]: n for pk, n in rows.annotate(n=Count("id"))}
+        self.step_counts[saga_id] = self.step_counts.get(saga_id, 0) + 1
+        return self.step_counts[saga_id]
 
     def apply(self, event: TransitionIn, digest: str) -> None:
         record, snapshot, info = _change(event)
@@ -303,6 +315,13 @@ def _check_move(batch: _Batch, event: TransitionIn) -> None:
         elif info.kind is EventKind.STEP:
             stored = batch.step(saga, step_in.id) if saga and step_in else None
             _check_step_move(stored, step_in, info.from_state, info.to_state)
+            if info.from_state is None and batch.step_added(saga_in.id) > limits.max_steps():
+                raise IngestError(
+                    422,
+                    "limit_exceeded",
+                    f"a saga has at most {limits.max_steps()} steps (SAGABOARD_MAX_STEPS)",
+                    "step.id",
+                )
         elif step_in is None and info.kind is EventKind.ATTEMPT:
             raise IngestError(422, "validation_error", "an attempt event needs its step", "step")
     except TransitionError as err:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from django.db import IntegrityError, transaction
 
-from sagaboard import undo_kinds
+from sagaboard import limits, undo_kinds
 from sagaboard.ingest import IngestError
 from sagaboard.models import ApiRequest, Project, Saga, Step
 from sagaboard.storage import DjangoStore
@@ -89,7 +89,10 @@ def _once(
     digest = _digest(operation, payload)
     seen = ApiRequest.objects.filter(project=project, event_id=event_id).first()
     if seen is not None:
-        if seen.digest != digest:
+        # The same event_id on another saga is another request, not a retry (a begin
+        # without an id gets a fresh one each time: its digest alone decides).
+        other_saga = operation != "saga.begin" and seen.saga_id != saga_id
+        if seen.digest != digest or other_saga:
             raise IngestError(
                 409, "conflict", f"event_id {event_id!r} was used for another request", "event_id"
             )
@@ -171,6 +174,7 @@ def step_add(
 
     def act() -> str:
         with _engine(project, saga_id) as saga:
+            _check_step_count(len(saga.steps))
             step_id = saga.add_step(
                 _tool(tool_name, undo.get("kind", "none"), reversibility),
                 input,
@@ -182,6 +186,16 @@ def step_add(
         return step_id
 
     return _once(project, event_id, "step.add", payload, saga_id, act)[1] or ""
+
+
+def _check_step_count(count: int) -> None:
+    if count >= limits.max_steps():
+        raise IngestError(
+            422,
+            "limit_exceeded",
+            f"a saga has at most {limits.max_steps()} steps (SAGABOARD_MAX_STEPS)",
+            "saga_id",
+        )
 
 
 def step_complete(

@@ -5,20 +5,49 @@ The transition event mirrors undo_core's ``SagaChange`` (see docs/api.md).
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
+from sagaboard.limits import JsonObject, JsonValue, LongText
 from undo_core import EventKind, SagaStatus, StepState
 
 NAME = Field(min_length=1, max_length=200)
 ID = Field(min_length=1, max_length=100)
 
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)")
+
+
+def _rfc3339(value: Any) -> Any:
+    # pydantic alone takes 8 or "8" for 1970-01-01T00:00:08 and a time without an offset
+    # as naive: both are outside the documented format (date-time), so both are refused.
+    if isinstance(value, str) and _RFC3339.fullmatch(value):
+        return value
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value
+    raise PydanticCustomError(
+        "datetime_format",
+        "expected an RFC 3339 date-time with its offset, e.g. 2026-01-31T12:00:00Z",
+    )
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_rfc3339)]
+"""A time as the API takes it: RFC 3339 (ISO 8601 with a UTC offset), nothing looser."""
+
 
 def _no_nul(value: str | None) -> str | None:
     # PostgreSQL text cannot hold NUL; keep every other character as sent.
     return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+
+
+EventId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nul)]
+"""The client's idempotency key for one event or call."""
+Text = Annotated[str, AfterValidator(_no_nul)]
+"""A string as the server stores it: NUL reads as U+FFFD (PostgreSQL text cannot hold NUL),
+so an id in a path or a filter finds what a body with the same characters stored."""
 
 
 class StrictSchema(BaseModel):
@@ -30,10 +59,10 @@ class StrictSchema(BaseModel):
 
 class AttemptIn(StrictSchema):
     number: int = Field(ge=1)
-    started_at: datetime
-    finished_at: datetime | None = None
+    started_at: Timestamp
+    finished_at: Timestamp | None = None
     outcome: Literal["succeeded", "failed", "timed_out", "interrupted"] | None = None
-    error: str | None = None
+    error: LongText | None = None
     actor: str | None = Field(default=None, max_length=200)
 
     _clean = field_validator("error", "actor")(_no_nul)
@@ -43,12 +72,12 @@ class SagaIn(StrictSchema):
     id: str = ID
     name: str = NAME
     status: SagaStatus
-    created_at: datetime
-    updated_at: datetime
+    created_at: Timestamp
+    updated_at: Timestamp
     seq: int = Field(ge=1)
     next_step_number: int = Field(ge=1)
-    options: dict[str, Any] = Field(default_factory=dict)
-    state: Any = None
+    options: JsonObject = Field(default_factory=dict)
+    state: JsonValue = None
     failed_step: str | None = Field(default=None, max_length=100)
 
     _clean = field_validator("id", "name", "failed_step")(_no_nul)
@@ -59,26 +88,27 @@ class StepIn(StrictSchema):
     position: int = Field(ge=0)
     tool_name: str = NAME
     state: StepState
-    input: Any = None
-    output: Any = None
-    error: str | None = None
+    input: JsonValue = None
+    output: JsonValue = None
+    error: LongText | None = None
     error_type: str | None = Field(default=None, max_length=200)
-    traceback: str | None = None
+    traceback: LongText | None = None
     has_undo: bool = True
     requires_approval: bool = False
     reversibility: Literal["reversible", "partial", "irreversible"] = "reversible"
     idempotency_key: str = Field(min_length=1, max_length=250)
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    completed_at: datetime | None = None
+    created_at: Timestamp | None = None
+    updated_at: Timestamp | None = None
+    completed_at: Timestamp | None = None
     attempts: list[AttemptIn] = Field(default_factory=list, max_length=1000)
-    decision_note: str | None = None
+    decision_note: LongText | None = None
     decided_by: str | None = Field(default=None, max_length=200)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
 
     _clean = field_validator(
-        "id", "tool_name", "error", "error_type", "traceback", "decision_note", "decided_by"
-    )(_no_nul)
+        "id", "tool_name", "error", "error_type", "traceback", "idempotency_key",
+        "decision_note", "decided_by",
+    )(_no_nul)  # fmt: skip
 
 
 class EventInfoIn(StrictSchema):
@@ -88,15 +118,17 @@ class EventInfoIn(StrictSchema):
     tool_name: str | None = Field(default=None, max_length=200)
     from_state: str | None = Field(default=None, max_length=20)
     to_state: str = Field(max_length=20)
-    at: datetime
+    at: Timestamp
     actor: str | None = Field(default=None, max_length=200)
-    detail: str | None = None
+    detail: LongText | None = None
 
-    _clean = field_validator("step_id", "tool_name", "actor", "detail")(_no_nul)
+    _clean = field_validator("step_id", "tool_name", "from_state", "to_state", "actor", "detail")(
+        _no_nul
+    )
 
 
 class TransitionIn(StrictSchema):
-    event_id: str = Field(min_length=1, max_length=200)
+    event_id: EventId
     type: Literal["transition"]
     saga: SagaIn
     step: StepIn | None = None
@@ -113,13 +145,13 @@ class UndoIn(StrictSchema):
 
     kind: Literal["none", "client", "handler", "webhook", "command"] = "none"
     handler: str | None = Field(default=None, max_length=200)
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: JsonObject = Field(default_factory=dict)
     url: str | None = Field(default=None, max_length=2000)
     command: str | None = Field(default=None, max_length=10_000)
 
 
 class SagaBeginIn(StrictSchema):
-    event_id: str = Field(min_length=1, max_length=200)
+    event_id: EventId
     id: str | None = Field(default=None, min_length=1, max_length=100)
     name: str = NAME
     on_compensation_failure: Literal["continue", "halt"] = "halt"
@@ -129,9 +161,9 @@ class SagaBeginIn(StrictSchema):
 
 
 class StepAddIn(StrictSchema):
-    event_id: str = Field(min_length=1, max_length=200)
+    event_id: EventId
     tool_name: str = NAME
-    input: Any = None
+    input: JsonValue = None
     undo: UndoIn = Field(default_factory=UndoIn)
     requires_approval: bool = False
     reversibility: Literal["reversible", "partial", "irreversible"] = "reversible"
@@ -140,19 +172,19 @@ class StepAddIn(StrictSchema):
 
 
 class StepCompleteIn(StrictSchema):
-    event_id: str = Field(min_length=1, max_length=200)
-    output: Any = None
+    event_id: EventId
+    output: JsonValue = None
 
 
 class StepFailIn(StrictSchema):
-    event_id: str = Field(min_length=1, max_length=200)
+    event_id: EventId
     error: str = Field(min_length=1, max_length=100_000)
 
     _clean = field_validator("error")(_no_nul)
 
 
 class SagaActionIn(StrictSchema):
-    event_id: str = Field(min_length=1, max_length=200)
+    event_id: EventId
     reason: str | None = Field(default=None, max_length=10_000)
     actor: str | None = Field(default=None, max_length=200)
 

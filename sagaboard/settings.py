@@ -184,10 +184,14 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# API limits (docs/api.md): a larger body is refused with 413, a larger batch with 422.
+# API limits (sagaboard/limits.py, README "Limits"): a larger body is refused with 413,
+# anything else over a limit with 422 naming the field; nothing of the request is stored.
 SAGABOARD_API_MAX_BODY = int(os.environ.get("SAGABOARD_API_MAX_BODY", 1024 * 1024))
 SAGABOARD_API_MAX_BATCH = int(os.environ.get("SAGABOARD_API_MAX_BATCH", 1000))
 DATA_UPLOAD_MAX_MEMORY_SIZE = SAGABOARD_API_MAX_BODY
+SAGABOARD_MAX_JSON_DEPTH = int(os.environ.get("SAGABOARD_MAX_JSON_DEPTH", 32))
+SAGABOARD_MAX_VALUE_SIZE = int(os.environ.get("SAGABOARD_MAX_VALUE_SIZE", 256 * 1024))
+SAGABOARD_MAX_STEPS = int(os.environ.get("SAGABOARD_MAX_STEPS", 1000))
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

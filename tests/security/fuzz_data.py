@@ -1,0 +1,151 @@
+"""What the API fuzzer acts on: sagas seeded through the public API, and the database's state.
+
+The seed is what an agent would leave behind: mirrored sagas (rolled back, halted on
+a failed undo, waiting for an approval) and sagas driven by hand (open, with steps),
+so that generated requests reach real rows instead of answering 404.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from agent_runs import Recorder
+
+from undo_core import Decision, SagaRollbackError, define_tool
+from undo_core import Saga as LocalSaga
+
+# Tables a request may change. Not the token table (it only records use) nor heartbeats.
+TABLES = (
+    "sagaboard_saga", "sagaboard_step", "sagaboard_compensationattempt", "sagaboard_event",
+    "sagaboard_approval", "sagaboard_approvalvote", "sagaboard_auditentry",
+    "sagaboard_apirequest", "sagaboard_notification",
+)  # fmt: skip
+
+
+class _Paused:
+    """Nobody decides: a rollback stops at the approval, or halts on the failed undo."""
+
+    def approve_compensation(self, request: Any) -> Decision:
+        return Decision.wait()
+
+    def compensation_failed(self, request: Any) -> Decision:
+        return Decision.leave()
+
+
+def mirrored_run(saga_id: str, *, refund_approval: bool, return_undo_fails: bool) -> list[Any]:
+    """StoreBot in the agent: return_item, refund_payment, generate_label fails; as sent."""
+    store = Recorder()
+    saga = LocalSaga(
+        "storebot-return",
+        store=store,
+        saga_id=saga_id,
+        gate=_Paused(),
+        on_compensation_failure="halt",
+    )
+
+    def undo_return(output: Any, input: Any) -> None:
+        if return_undo_fails:
+            raise TimeoutError("upstream timed out")
+
+    def fedex(i: Any) -> None:
+        raise ConnectionError("FedEx API returned 500")
+
+    ret = define_tool("return_item", lambda i: {"rma": "RMA-882"}, undo_return)
+    ref = define_tool(
+        "refund_payment", lambda i: {"refund": "re_1"}, lambda o: None,
+        requires_approval=refund_approval,
+    )  # fmt: skip
+    saga.execute(ret, {"order": "A-17"})
+    saga.execute(ref, {"amount": 120, "currency": "EUR"})
+    with pytest.raises(SagaRollbackError):
+        saga.execute(define_tool("generate_label", fedex), {})
+    return store.sent
+
+
+@dataclass
+class Seed:
+    """Identifiers that exist on the server, by the path parameters they fill."""
+
+    saga_ids: list[str] = field(default_factory=list)
+    steps: list[tuple[str, str]] = field(default_factory=list)
+    approval_ids: list[int] = field(default_factory=list)
+
+
+def seed(url: str, token: str) -> Seed:
+    """Post the seed through the API (as an agent would) and say what now exists."""
+    out = Seed()
+    with httpx.Client(
+        base_url=f"{url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ) as api:
+
+        def post(path: str, body: Any, expect: int) -> Any:
+            response = api.post(path, json=body)
+            assert response.status_code == expect, (path, response.text)
+            return response.json()
+
+        for saga_id, approval, fails in [
+            ("mirror-waiting", True, False),  # COMPENSATING: refund_payment awaits approval
+            ("mirror-failed", False, True),  # ROLLBACK_FAILED: return_item's undo failed
+            ("mirror-done", False, False),  # ROLLED_BACK
+        ]:
+            post("/events", {"events": mirrored_run(saga_id, refund_approval=approval,
+                                                    return_undo_fails=fails)}, 200)  # fmt: skip
+            out.saga_ids.append(saga_id)
+            out.steps += [(saga_id, f"step-{n}") for n in (1, 2, 3)]
+        approval = post("/sagas/mirror-waiting/steps/step-2/approval", {"why": "seed"}, 200)
+        out.approval_ids.append(approval["id"])
+
+        for n in (1, 2):  # driven by hand: open, one step completed, one pending
+            saga_id = f"manual-{n}"
+            post("/sagas", {"event_id": f"seed-{n}", "name": "checkout", "id": saga_id}, 201)
+            for tool in ("charge", "reserve"):
+                step = post(f"/sagas/{saga_id}/steps", {
+                    "event_id": f"seed-{n}-{tool}", "tool_name": tool, "input": {"n": n},
+                    "undo": {"kind": "handler", "handler": "storebot.return_item"},
+                }, 201)  # fmt: skip
+                out.steps.append((saga_id, step["id"]))
+            post(f"/sagas/{saga_id}/steps/step-1/complete",
+                 {"event_id": f"seed-{n}-done", "output": {"ok": True}}, 200)  # fmt: skip
+            out.saga_ids.append(saga_id)
+    return out
+
+
+class DatabaseState:
+    """A digest per table of everything a request could change, read straight from the
+    server's database (SQLite file or PostgreSQL), so a test can say "nothing changed"."""
+
+    def __init__(self, database_url: str) -> None:
+        self.url = database_url
+
+    @contextmanager
+    def _cursor(self) -> Iterator[Any]:
+        if self.url.startswith("sqlite:"):
+            path = self.url.removeprefix("sqlite:///")
+            conn: Any = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        else:
+            import psycopg
+
+            conn = psycopg.connect(self.url, autocommit=True)
+        try:
+            yield conn.cursor()
+        finally:
+            conn.close()
+
+    def snapshot(self) -> dict[str, str]:
+        digests = {}
+        with self._cursor() as cursor:
+            for table in TABLES:
+                cursor.execute(f"SELECT * FROM {table} ORDER BY id")
+                digests[table] = hashlib.sha256(repr(cursor.fetchall()).encode()).hexdigest()
+        return digests
+
+    @staticmethod
+    def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
+        return [table for table in before if before[table] != after[table]]
