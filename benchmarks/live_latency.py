@@ -1,36 +1,56 @@
-"""Live feed latency: ``python -m benchmarks.live_latency [--clients 50 200] [--mode ...]``.
+"""Live updates: ``python -m benchmarks.live_latency [--runs N] [--quick] [--json PATH]``.
 
-Starts a real sagaboard per mode and measures how long a new saga takes to reach
-every browser watching the saga list:
+How long an event the SDK posts takes to reach every browser watching the saga
+list, and whether every one arrives while ingestion runs flat out. A real
+sagaboard per channel layer:
 
-* embedded: a SQLite file, one uvicorn, no Redis (the in-process channel layer);
-* production: a fresh PostgreSQL database, ``REDIS_URL`` and two uvicorn processes,
-  the websocket clients split evenly across them (one relay holds the Redis lease).
-  Redis is ``SAGABOARD_BENCH_REDIS_URL`` (default redis://127.0.0.1:6379), on a
-  database index claimed for the run (see ``redis_scratch``).
+* in-memory (embedded): a SQLite file, one uvicorn, no Redis;
+* Redis (production): a fresh PostgreSQL database, ``REDIS_URL`` and two uvicorn
+  processes, the websocket clients split evenly across them (one relay holds the
+  Redis lease). Redis is ``SAGABOARD_BENCH_REDIS_URL`` (default
+  redis://127.0.0.1:6379), on a database index claimed for the run
+  (``redis_scratch``).
 
-Clients log in as ``demo`` over HTTP, then open ``/ws/sagas/?list=1`` with the
-session cookie. A writer thread posts a saga-created event for a NEW saga at a
-steady rate (``POST /api/v1/events``); latency is from just BEFORE the request
-starts (an upper bound: it includes the request itself) to when a client receives
-a fragment naming that saga. Delivery is received (client, saga) pairs over
-expected pairs. All clients share one asyncio process; the client loop's own lag
-and CPU are printed, to show it keeps up. Every wait is bounded.
+Clients log in as ``demo`` and open ``/ws/sagas/?list=1``. A writer thread posts
+a saga-created event for a NEW saga at a steady rate (``POST /api/v1/events``);
+latency is from just BEFORE the request starts (so it includes the request: the
+event is accepted inside it) to a client receiving the row naming that saga.
+Figures: p50 and p99 over every (client, saga) pair of a run, for 1, 50 and 200
+clients.
+
+Floor: a bare channel-layer round trip of the same layer kind, measured in each
+run (``benchmarks/_channel_floor.py``, a process of its own set up like a web
+process: one receiver in a group, ``group_send``, time to ``receive``). It is the
+one hop every live update must take and the project cannot shorten; the ratio is
+what the relay's poll, the database, rendering and the websocket add on top.
+p50 is divided by the floor's p50, p99 by its p99.
+
+Delivery under saturation: while the clients watch, a second writer posts
+batches of new sagas back to back (as fast as the server answers) next to the
+paced writer; the figure is received (client, saga) pairs over expected pairs
+after a bounded drain. Channel layers drop messages when a consumer falls behind
+(the in-memory layer past its capacity); the consumers refill gaps from the event
+log, and this figure proves they end up with every saga (an aim of exactly 1.0).
+
+All clients share one asyncio process; its loop lag is in each figure's note.
+Every loop is bounded by count and time, and everything is on 127.0.0.1.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import random
 import re
+import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,16 +60,41 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Origin
 
-from benchmarks.live import Server, manage, temp_database
+from benchmarks import report
+from benchmarks.live import ROOT, Server, manage, session_cookie, temp_database
 from undo_core import MemoryStore, Saga, SagaChange, define_tool
 from undo_core.remote import change_to_event
 
 REDIS_SERVER = os.environ.get("SAGABOARD_BENCH_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
-AIMS_MS = {50: 50.0, 200: 250.0}  # p99 aim per client count
-USER = PASSWORD = "demo"
+GROUP = "Live updates"
+LAYERS = {"memory": "in-memory layer (SQLite, 1 web process)",
+          "redis": "Redis layer (PostgreSQL, 2 web processes)"}  # fmt: skip
+AIM_P99 = report.Aim("live update p99 < 250 ms at 200 clients", "value", "<=", 250.0)
+AIM_DELIVERY = report.Aim("delivery exactly 1.0 while ingestion is saturated", "value", ">=", 1.0)
 CONNECT_AT_ONCE = 25  # concurrent websocket handshakes while the clients connect
-DRAIN_SECONDS = 15.0  # after the last post, how long stragglers may take
 TICK = 0.005  # the client loop's lag probe
+FLOOR_ROUND_TRIPS = 1000
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The sizes of one invocation: ``--quick`` for CI, the default for the published table."""
+
+    clients: tuple[int, ...]
+    events: int  # paced new sagas per latency measurement
+    rate: float  # paced sagas per second
+    drain: float  # after the writers stop, how long stragglers may take (s)
+    flood_clients: int
+    flood_seconds: float  # how long the second writer posts back to back
+    flood_sagas: int  # ... and at most this many sagas
+    flood_batch: int  # new sagas per request
+    flood_drain: float
+
+
+# A flood of S sagas watched by C clients is S x C websocket messages to push (about a
+# quarter of a millisecond of server CPU each): sized so the drain stays in seconds.
+QUICK = Plan((1, 20), 60, 60.0, 10.0, 10, 1.0, 600, 50, 30.0)
+FULL = Plan((1, 50, 200), 200, 20.0, 15.0, 20, 3.0, 2000, 100, 90.0)
 
 
 # -- the site under test ------------------------------------------------------------------
@@ -91,70 +136,104 @@ def redis_scratch(server: str = REDIS_SERVER, hold_seconds: int = 600) -> Iterat
 class Site:
     servers: list[Server]
     token: str
+    database_url: str
+    redis_url: str  # "" for the in-memory layer
 
     @property
     def api(self) -> str:
         return f"{self.servers[0].url}/api/v1/events"
 
 
-# The demo project under a pk of our choosing, then the demo sagas and the demo/demo login.
+# Migrate, then the demo project under a pk of our choosing, its sagas and the demo/demo
+# login; then, if asked, an API token for it (printed last). One process: a Django start-up
+# costs seconds on a busy machine.
 _LOAD_DEMO = (
     "from django.core.management import call_command; from sagaboard.models import Project; "
+    "call_command('migrate', '--no-input', verbosity=0); "
     "Project.objects.create(pk={pk}, slug='demo', name='Demo shop'); "
-    "call_command('sagaboard_demo', '--force')"
+    "call_command('sagaboard_demo', '--force'); "
+    "{token}"
 )
+_TOKEN = "call_command('sagaboard_token', 'create', 'demo', '--label', 'bench')"
 
 
-def load_demo(url: str) -> None:
+def load_demo(url: str, *, token: bool = False) -> str:
     """Migrate, then load the demo project (under a random pk), its sagas and demo/demo.
 
+    Returns a new API token for the project when ``token`` is true (else "").
     Why the random pk: channel-layer groups are named after the project's pk
     (``project.1`` in every fresh database) and Redis pub/sub ignores the database
     index, so two clusters on one Redis at once (a test run and a benchmark) would
     otherwise hear each other's events.
     """
-    manage(url, "migrate", "--no-input", "-v0")
-    manage(url, "shell", "-v", "0", "-c", _LOAD_DEMO.format(pk=random.randrange(10**6, 10**9)))
-
-
-def setup_database(url: str) -> str:
-    """The demo project, sagas and login (``load_demo``); returns an API token for it."""
-    load_demo(url)
-    return manage(url, "sagaboard_token", "create", "demo", "--label", "bench")
+    code = _LOAD_DEMO.format(pk=random.randrange(10**6, 10**9), token=_TOKEN if token else "")
+    out = manage(url, "shell", "-v", "0", "-c", code)
+    return out.splitlines()[-1].strip() if token else ""
 
 
 @contextmanager
-def site(mode: str, workdir: Path) -> Iterator[Site]:
-    """A running cluster for ``mode``; torn down (servers, database) on exit."""
-    production = mode == "production"
+def site(layer: str, workdir: Path) -> Iterator[Site]:
+    """A running cluster for ``layer``; torn down (servers, database) on exit."""
+    production = layer == "redis"
     with ExitStack() as stack:
         url = stack.enter_context(temp_database("postgres" if production else "sqlite", workdir))
-        token = setup_database(url)
+        token = load_demo(url, token=True)
         # An empty REDIS_URL keeps the embedded server off Redis even if the shell has one.
-        env = {"REDIS_URL": stack.enter_context(redis_scratch()) if production else ""}
-        servers = [Server(url, env=env) for _ in range(2 if production else 1)]
+        redis_url = stack.enter_context(redis_scratch()) if production else ""
+        servers = [Server(url, env={"REDIS_URL": redis_url}) for _ in range(2 if production else 1)]
         try:
             for server in servers:
                 server.start()
-            yield Site(servers, token)
+            yield Site(servers, token, url, redis_url)
         finally:
             for server in servers:
                 server.stop()
 
 
+class ChannelFloor:
+    """A process measuring a bare ``group_send`` round trip on a site's layer kind, on demand.
+
+    Set up like a web process of the site (same settings, same ``REDIS_URL``), so
+    the floor is the very layer the live updates go through (``_channel_floor``).
+    """
+
+    def __init__(self, the_site: Site) -> None:
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        env = {
+            **os.environ,
+            "PYTHONPATH": path,
+            "DJANGO_SETTINGS_MODULE": "sagaboard.settings",
+            "SAGABOARD_DEBUG": "1",  # settings without a secret key; the layer is the same
+            "DATABASE_URL": the_site.database_url,
+            "REDIS_URL": the_site.redis_url,
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks._channel_floor"],
+            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    def measure(self) -> tuple[float, float]:
+        """(p50, p99) ms now; the child bounds itself (10 s, 5 s a message)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{FLOOR_ROUND_TRIPS}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the floor process exited with code {self.proc.wait(10)}")
+        found = json.loads(line)
+        return float(found["p50"]), float(found["p99"])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
 # -- browsers -----------------------------------------------------------------------------
-
-
-async def login(base: str) -> str:
-    """Log in as a browser does; return the Cookie header (session + csrf)."""
-    async with httpx.AsyncClient(base_url=base, timeout=30, trust_env=False) as http:
-        (await http.get("/login/")).raise_for_status()
-        csrf = http.cookies["csrftoken"]
-        form = {"username": USER, "password": PASSWORD, "csrfmiddlewaretoken": csrf}
-        answer = await http.post("/login/", data=form, headers={"Referer": f"{base}/login/"})
-        if "sessionid" not in http.cookies:
-            raise RuntimeError(f"login failed: {answer.status_code} {answer.text[:200]}")
-        return f"sessionid={http.cookies['sessionid']}; csrftoken={csrf}"
 
 
 @dataclass
@@ -210,7 +289,7 @@ async def loop_lag(samples: list[float], stop: asyncio.Event) -> None:
         samples.append(time.perf_counter() - started - TICK)
 
 
-# -- the writer ---------------------------------------------------------------------------
+# -- the writers --------------------------------------------------------------------------
 
 
 class _Recorder(MemoryStore):
@@ -226,108 +305,89 @@ class _Recorder(MemoryStore):
 _TOOL = define_tool("reserve_stock", lambda i: {"ok": True}, lambda o, i: None)
 
 
-def saga_started(saga_id: str) -> bytes:
-    """The SDK's first event for a new saga (kind "saga", from_state null), as a body."""
+def saga_started(saga_id: str) -> dict[str, Any]:
+    """The SDK's first event for a new saga (kind "saga", from_state null)."""
     recorder = _Recorder()
     Saga("live-latency", store=recorder, saga_id=saga_id).execute(_TOOL, {})
-    return json.dumps({"events": recorder.sent[:1]}).encode()
+    return recorder.sent[0]
 
 
 @dataclass
 class Writer:
-    """Posts one new saga per tick from its own thread, so the clients' loop never waits."""
+    """Posts new sagas from its own thread, so the clients' loop never waits for it.
+
+    Paced (``rate`` requests per second: the latency tracer) or back to back
+    (``rate`` None: saturating ingestion), for at most ``seconds``.
+    """
 
     api: str
     token: str
-    saga_ids: list[str]
-    rate: float
+    batches: list[list[str]]  # the saga ids of each request
+    rate: float | None
+    seconds: float = 3600.0
     posted: dict[str, float] = field(default_factory=dict)
     request_seconds: list[float] = field(default_factory=list)
     error: BaseException | None = None
+    bodies: list[bytes] = field(init=False)
+
+    def __post_init__(self) -> None:  # built before the clock starts
+        self.bodies = [
+            json.dumps({"events": [saga_started(s) for s in ids]}).encode() for ids in self.batches
+        ]
 
     def run(self) -> None:
-        bodies = [saga_started(s) for s in self.saga_ids]
         headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
         try:
-            with httpx.Client(headers=headers, timeout=10, trust_env=False) as http:
+            with httpx.Client(headers=headers, timeout=30, trust_env=False) as http:
                 started = time.perf_counter()
-                for n, (saga_id, body) in enumerate(zip(self.saga_ids, bodies, strict=True)):
-                    time.sleep(max(0.0, started + n / self.rate - time.perf_counter()))
+                for n, (ids, body) in enumerate(zip(self.batches, self.bodies, strict=True)):
+                    if self.rate is not None:
+                        time.sleep(max(0.0, started + n / self.rate - time.perf_counter()))
                     before = time.perf_counter()
-                    self.posted[saga_id] = before  # before the request: an upper bound
+                    if before - started > self.seconds:
+                        return
+                    self.posted.update(dict.fromkeys(ids, before))  # an upper bound
                     answer = http.post(self.api, content=body)
                     self.request_seconds.append(time.perf_counter() - before)
                     answer.raise_for_status()
-                    if answer.json()["results"][0]["status"] != "applied":
-                        raise RuntimeError(f"{saga_id}: {answer.text[:200]}")
+                    statuses = {r["status"] for r in answer.json()["results"]}
+                    if statuses != {"applied"}:
+                        raise RuntimeError(f"{ids[0]}...: {answer.text[:200]}")
         except BaseException as err:  # reported by the measuring loop
             self.error = err
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, daemon=True)
+        thread.start()
+        return thread
 
 
 # -- one measurement ----------------------------------------------------------------------
 
 
 @dataclass
-class Usage:
-    """CPU spent and time spent waiting for a CPU, to tell a slow server from a busy box."""
-
-    server_cpu: float = 0.0
-    server_runqueue: float = 0.0
-    client_cpu: float = 0.0
-    wall: float = 0.0
-
-
-def _proc_seconds(pid: int) -> tuple[float, float]:
-    """(CPU seconds, seconds runnable but not running) of a process, all threads (Linux)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        waits = [
-            int(p.read_text().split()[1]) for p in Path(f"/proc/{pid}/task").glob("*/schedstat")
-        ]
-    except (OSError, IndexError, ValueError):
-        return float("nan"), float("nan")
-    return cpu, sum(waits) / 1e9
-
-
-def usage_now(servers: list[Server]) -> Usage:
-    per = [_proc_seconds(s.proc.pid) for s in servers if s.proc is not None]
-    return Usage(
-        sum(c for c, _ in per), sum(w for _, w in per), time.process_time(), time.perf_counter()
-    )
-
-
-def usage_since(before: Usage, servers: list[Server]) -> Usage:
-    now = usage_now(servers)
-    return Usage(
-        now.server_cpu - before.server_cpu,
-        now.server_runqueue - before.server_runqueue,
-        now.client_cpu - before.client_cpu,
-        now.wall - before.wall,
-    )
-
-
-@dataclass
 class Result:
-    mode: str
-    clients: int
-    events: int
-    latencies_ms: list[float]
+    latencies_ms: list[float]  # every (client, saga) pair received, paced writer's sagas
+    received: int  # (client, saga) pairs received, all writers
     expected: int
     duplicates: int
-    request_ms: list[float]
+    request_ms: list[float]  # the paced writer's POSTs
     lag_ms: list[float]
-    usage: Usage
+    flood_sagas: int = 0
+    flood_seconds: float = 0.0
+    drained_s: float = 0.0  # from the writers' end to the last delivery (or the bound)
 
     @property
     def delivery(self) -> float:
-        return 100.0 * len(self.latencies_ms) / self.expected if self.expected else 0.0
+        return self.received / self.expected if self.expected else 0.0
 
 
-async def measure(mode: str, the_site: Site, clients: int, events: int, rate: float) -> Result:
+async def measure(
+    the_site: Site, cookies: dict[str, str], clients: int, plan: Plan, *, flood: bool
+) -> Result:
+    """Connect ``clients`` tabs, post (and flood, if asked), wait until all arrive or the drain."""
     run = uuid.uuid4().hex[:8]
-    pattern = re.compile(rf"lat-{run}-\d+\b")
-    cookies = {s.url: await login(s.url) for s in the_site.servers}
+    pattern = re.compile(rf"\b(?:lat|sat)-{run}-\d+\b")
     bases = [the_site.servers[n % len(the_site.servers)].url for n in range(clients)]
     tabs = [Client(base, cookies[base], pattern) for base in bases]
     await open_clients(tabs)
@@ -336,52 +396,73 @@ async def measure(mode: str, the_site: Site, clients: int, events: int, rate: fl
     stop = asyncio.Event()
     prober = asyncio.create_task(loop_lag(lag, stop))
     await asyncio.sleep(0.5)  # let every consumer finish its connect-time catch-up
-    ids = [f"lat-{run}-{n}" for n in range(events)]
-    writer = Writer(the_site.api, the_site.token, ids, rate)
+    if flood:
+        seconds, events = plan.flood_seconds, max(1, int(plan.flood_seconds * plan.rate))
+    else:
+        seconds, events = 3600.0, plan.events
+    tracer = Writer(the_site.api, the_site.token, [[f"lat-{run}-{n}"] for n in range(events)],
+                    plan.rate, seconds)  # fmt: skip
+    writers = [tracer]
+    if flood:
+        ids = [f"sat-{run}-{n}" for n in range(plan.flood_sagas)]
+        chunks = [ids[i : i + plan.flood_batch] for i in range(0, len(ids), plan.flood_batch)]
+        writers.append(Writer(the_site.api, the_site.token, chunks, None, plan.flood_seconds))
     try:
-        before = usage_now(the_site.servers)
-        thread = threading.Thread(target=writer.run, daemon=True)
-        thread.start()
-        await wait_for_delivery(tabs, writer, thread, events / rate + 30)
-        used = usage_since(before, the_site.servers)
+        threads = [w.start() for w in writers]
+        bound = events / plan.rate + (plan.flood_drain if flood else plan.drain) + 30
+        drained = await wait_for_delivery(tabs, writers, threads, plan, flood, bound)
     finally:
         stop.set()
         for task in [*listeners, prober]:
             task.cancel()
         await asyncio.gather(*listeners, prober, return_exceptions=True)
         await asyncio.gather(*(t.ws.close() for t in tabs if t.ws), return_exceptions=True)
-    if writer.error is not None:
-        raise RuntimeError(f"the writer failed: {writer.error!r}") from writer.error
+    for w in writers:
+        if w.error is not None:
+            raise RuntimeError(f"a writer failed: {w.error!r}") from w.error
+    posted = {s: at for w in writers for s, at in w.posted.items()}
+    flooder = writers[-1] if flood else None
     return Result(
-        mode,
-        clients,
-        len(writer.posted),
-        [1e3 * (at - writer.posted[s]) for t in tabs for s, at in t.received.items()],
-        clients * len(writer.posted),
+        [1e3 * (at - tracer.posted[s]) for t in tabs for s, at in t.received.items()
+         if s in tracer.posted],
+        sum(len(posted.keys() & t.received.keys()) for t in tabs),
+        clients * len(posted),
         sum(t.duplicates for t in tabs),
-        [1e3 * s for s in writer.request_seconds],
+        [1e3 * s for s in tracer.request_seconds],
         [1e3 * s for s in lag],
-        used,
-    )
+        len(flooder.posted) if flooder else 0,
+        sum(flooder.request_seconds) if flooder else 0.0,
+        drained,
+    )  # fmt: skip
 
 
 async def wait_for_delivery(
-    tabs: list[Client], writer: Writer, thread: threading.Thread, bound: float
-) -> None:
-    """Until every tab has every posted saga, or the drain time after the writer ends."""
+    tabs: list[Client],
+    writers: list[Writer],
+    threads: list[threading.Thread],
+    plan: Plan,
+    flood: bool,
+    bound: float,
+) -> float:
+    """Until every tab has every posted saga, or the drain time after the writers end.
+
+    Returns the seconds from the writers' end to the last tab complete (or the bound).
+    """
     deadline = time.monotonic() + bound
-    drain_until: float | None = None
+    ended: float | None = None
     while time.monotonic() < deadline:
-        if not thread.is_alive():
-            if drain_until is None:
-                drain_until = time.monotonic() + DRAIN_SECONDS
-            wanted = len(writer.posted)
-            if all(len(t.received) >= wanted for t in tabs) or time.monotonic() > drain_until:
-                return
+        if ended is None and not any(t.is_alive() for t in threads):
+            ended = time.monotonic()
+        if ended is not None:
+            wanted = sum(len(w.posted) for w in writers)
+            drain = plan.flood_drain if flood else plan.drain
+            if all(len(t.received) >= wanted for t in tabs) or time.monotonic() > ended + drain:
+                return time.monotonic() - ended
         await asyncio.sleep(0.05)
+    return float("nan")
 
 
-# -- report -------------------------------------------------------------------------------
+# -- figures ------------------------------------------------------------------------------
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -389,76 +470,114 @@ def pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-HEADER = (
-    f"{'mode':<11} {'clients':>7} {'events':>6} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} "
-    f"{'max ms':>7} {'deliv.':>7} {'dups':>5} {'p99/aim':>8} {'POST p50/p99':>13} "
-    f"{'clientlag p99':>13} {'srv CPU/wait s':>14} {'client CPU s':>12}"
-)
-
-
-def row(r: Result) -> str:
-    lat, u = r.latencies_ms, r.usage
-    aim = AIMS_MS.get(r.clients)
-    ratio = f"{pct(lat, 0.99) / aim:.2f}x" if aim else "-"
-    post = f"{pct(r.request_ms, 0.5):.0f}/{pct(r.request_ms, 0.99):.0f}"
-    server = f"{u.server_cpu:.1f}/{u.server_runqueue:.1f}"
+def latency_note(results: list[Result], plan: Plan) -> str:
+    post = statistics.median(pct(r.request_ms, 0.99) for r in results)
+    lag = max(pct(r.lag_ms, 0.99) for r in results)
+    worst = min(r.delivery for r in results)
+    dups = sum(r.duplicates for r in results)
     return (
-        f"{r.mode:<11} {r.clients:>7} {r.events:>6} {pct(lat, 0.5):>7.1f} {pct(lat, 0.95):>7.1f} "
-        f"{pct(lat, 0.99):>7.1f} {max(lat, default=float('nan')):>7.1f} {r.delivery:>6.1f}% "
-        f"{r.duplicates:>5} {ratio:>8} {post:>13} {pct(r.lag_ms, 0.99):>13.1f} {server:>14} "
-        f"{u.client_cpu:>12.1f}"
+        f"{plan.events} new sagas at {plan.rate:g}/s per run; latency includes the POST "
+        f"(p99 {post:.0f} ms); delivered {worst:.4f} (worst run), {dups} duplicates; "
+        f"client loop lag p99 {lag:.1f} ms"
     )
 
 
-def verdict(results: list[Result]) -> list[str]:
-    lines = []
-    for r in results:
-        aim = AIMS_MS.get(r.clients)
-        ok_lat = aim is None or pct(r.latencies_ms, 0.99) < aim
-        ok_del = r.delivery == 100.0 and r.duplicates == 0
-        aim_text = f"p99 < {aim:g} ms" if aim else "no latency aim"
-        lines.append(
-            f"  {r.mode} x {r.clients}: {aim_text}: {'met' if ok_lat else 'MISSED'}; "
-            f"100% delivery, no duplicates: {'met' if ok_del else 'MISSED'}"
+def flood_note(results: list[Result], plan: Plan) -> str:
+    rates = [r.flood_sagas / r.flood_seconds for r in results if r.flood_seconds]
+    complete = [r.drained_s for r in results if r.received == r.expected]
+    if len(complete) == len(results):
+        ending = f"every run complete {max(complete):.1f} s after the writers stopped (slowest)"
+    else:
+        ending = (
+            f"{len(results) - len(complete)} of {len(results)} runs still incomplete "
+            f"{plan.flood_drain:g} s after the writers stopped"
         )
-    return lines
+    return (
+        f"a second writer posted {statistics.median(r.flood_sagas for r in results):.0f} new "
+        f"sagas, {plan.flood_batch} a request, back to back for {plan.flood_seconds:g} s "
+        f"(median {statistics.median(rates or [0]):.0f} sagas/s accepted) beside the paced "
+        f"writer; {ending}; {sum(r.duplicates for r in results)} duplicates"
+    )
 
 
-def _load() -> str:
-    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+def progress(layer: str, run: int, what: str, measuring: Coroutine[Any, Any, Result]) -> Result:
+    """Run one measurement, saying on stderr how long it took (the module has a time budget)."""
+    started = time.monotonic()
+    result = asyncio.run(measuring)
+    print(f"  {layer} run {run + 1}, {what}: {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return result
+
+
+def measure_layer(layer: str, workdir: Path, plan: Plan, runs: int) -> list[report.Figure]:
+    """Every figure of one channel layer: runs x (floor, each client count, the flood)."""
+    latency: dict[int, list[Result]] = {n: [] for n in plan.clients}
+    floors: list[tuple[float, float]] = []
+    floods: list[Result] = []
+    with site(layer, workdir) as the_site:
+        floor = ChannelFloor(the_site)  # starts while the logins warm the servers up
+        try:
+            cookies = {s.url: session_cookie(s.url) for s in the_site.servers}
+            for run in range(runs):
+                floors.append(floor.measure())
+                for clients in plan.clients:
+                    latency[clients].append(
+                        progress(layer, run, f"{clients} clients", measure(
+                            the_site, cookies, clients, plan, flood=False))
+                    )  # fmt: skip
+                floods.append(
+                    progress(layer, run, "saturated", measure(
+                        the_site, cookies, plan.flood_clients, plan, flood=True))
+                )  # fmt: skip
+        finally:
+            floor.close()
+    figures = []
+    for clients, results in latency.items():
+        for q, name, index in ((0.5, "p50", 0), (0.99, "p99", 1)):
+            figures.append(
+                report.Figure(
+                    key=f"live.{layer}.{name}.{clients}c",
+                    group=GROUP,
+                    label=f"live update {name}, {LAYERS[layer]}, {clients} clients",
+                    unit="ms",
+                    samples=[pct(r.latencies_ms, q) for r in results],
+                    floor_label=f"bare group_send round trip {name}, same layer",
+                    floor_samples=[f[index] for f in floors],
+                    aim=AIM_P99 if name == "p99" and clients == 200 else None,
+                    note=latency_note(results, plan),
+                )
+            )
+    figures.append(
+        report.Figure(
+            key=f"live.{layer}.delivery.saturated",
+            group=GROUP,
+            label=f"delivery while ingestion is saturated, {LAYERS[layer]}, "
+            f"{plan.flood_clients} clients",
+            unit="ratio",
+            samples=[r.delivery for r in floods],
+            better="higher",
+            aim=AIM_DELIVERY,
+            note=flood_note(floods, plan),
+        )
+    )
+    return figures
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--clients", type=int, nargs="+", default=[50, 200])
-    parser.add_argument("--events", type=int, default=200, help="new sagas per measurement")
-    parser.add_argument("--rate", type=float, default=20.0, help="sagas posted per second")
-    parser.add_argument(
-        "--mode", nargs="+", default=["embedded", "production"], choices=["embedded", "production"]
-    )
+    parser = report.cli((__doc__ or "").splitlines()[0])
+    parser.set_defaults(runs=3)  # each run is tens of seconds per layer
+    parser.add_argument("--layer", nargs="+", default=list(LAYERS), choices=list(LAYERS))
     args = parser.parse_args(argv)
-    print(
-        f"live feed latency: {args.events} new sagas at {args.rate:g}/s per measurement\n"
-        "  latency: from just BEFORE each POST starts (an upper bound: the request's own time "
-        "is included) to a client receiving a fragment naming that saga\n"
-        "  POST: the writer's request time; clientlag: how late the clients' one asyncio loop "
-        "woke (its own share); srv CPU/wait: the web processes' CPU seconds and seconds "
-        "spent runnable but waiting for a CPU during the measurement\n"
-        f"  machine: {os.cpu_count()} CPUs, load average {_load()} at start"
-    )
-    results: list[Result] = []
+    plan = QUICK if args.quick else FULL
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"live updates: {args.runs} runs, {os.cpu_count()} CPUs, load average {load} at start")
+    figures: list[report.Figure] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for mode in args.mode:
-            with site(mode, Path(tmp)) as the_site:
-                for clients in args.clients:
-                    result = asyncio.run(measure(mode, the_site, clients, args.events, args.rate))
-                    results.append(result)
-                    if len(results) == 1:
-                        print(HEADER)
-                    print(row(result), flush=True)
-    print(f"load average {_load()} at the end")
-    print("aims (p99 < 50 ms at 50 clients, < 250 ms at 200 clients, 100% delivery):")
-    print("\n".join(verdict(results)))
+        for layer in args.layer:
+            figures += measure_layer(layer, Path(tmp), plan, args.runs)
+    report.emit(figures, args.json)
+    for f in figures:
+        if f.note:
+            print(f"  {f.key}: {f.note}")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,8 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         # with 200 browsers that hop was a fifth of the server's CPU.
         if message.get("type") == "saga.event":
             await self.saga_event(message)
+        elif message.get("type") == "saga.tail":
+            await self.saga_tail(message)
         else:
             await super().dispatch(message)
 
@@ -82,6 +84,13 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
             await self._catch_up(last, project=project)
             return
         await self._push(project, log_id, message["saga_pk"])
+
+    async def saga_tail(self, message: dict[str, Any]) -> None:
+        """The relay's newest id for a project: past ours means its last messages were lost."""
+        project = message["project"]
+        last = self.last.get(project)
+        if last is not None and message["log_id"] > last:
+            await self._catch_up(last, project=project)
 
     async def _catch_up(self, after: int, *, project: int | None = None) -> None:
         while True:

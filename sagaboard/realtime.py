@@ -8,7 +8,10 @@ them to the group of the event's project. Messages carry ids only; consumers
 render for their own user. Each message also carries the id of the previous
 event of that project it relayed, so a consumer that missed one (the
 in-memory channel layer drops messages when a buffer fills) notices the gap
-and catches up from the log.
+and catches up from the log. A gap is only noticed when a later message
+arrives, so the relay also repeats each recently active project's newest id
+every ``TAIL_SECONDS`` (a "tail"): the last messages of a burst, dropped with
+nothing after them, are refilled too.
 
 Where the relay runs:
 
@@ -42,6 +45,10 @@ BATCH = 500
 GAP_SECONDS = 30.0
 """How long an id skipped by the cursor may still show up (an open transaction)."""
 MAX_GAP_RANGES = 200
+TAIL_SECONDS = 1.0
+"""How often the newest id of each recently active project is repeated (see above)."""
+TAIL_FOR_SECONDS = 60.0
+"""How long after its last event a project's newest id is still repeated."""
 
 
 def project_group(project_pk: int) -> str:
@@ -177,6 +184,8 @@ class Relay:
         self.start_after: int | None = None
         self.last_id: int | None = None
         self.last_per_project: dict[int, int] = {}
+        self.active: dict[int, float] = {}  # project -> when its last event was relayed
+        self.tail_due = 0.0
         self.gaps = Gaps()
         self.task: asyncio.Task[None] | None = None
 
@@ -197,7 +206,7 @@ class Relay:
 
     async def _step(self) -> None:
         if not await self.leadership.hold():
-            self.last_id, self.last_per_project = None, {}
+            self.last_id, self.last_per_project, self.active = None, {}, {}
             await asyncio.sleep(1.0)  # standing by: try for the lease again soon
             return
         if self.last_id is None:
@@ -235,11 +244,29 @@ class Relay:
             self.last_per_project[project_pk] = max(
                 log_id, self.last_per_project.get(project_pk, 0)
             )
+            self.active[project_pk] = time.monotonic()
             self.last_id = max(log_id, self.last_id)
         if rows:
             await self.leadership.save_cursor(self.last_id)
+        await self._send_tails()
         if len(rows) < BATCH:
             await asyncio.sleep(self.poll_seconds)
+
+    async def _send_tails(self) -> None:
+        """Every ``TAIL_SECONDS``: each recently active project's newest relayed id."""
+        now = time.monotonic()
+        if now < self.tail_due:
+            return
+        self.tail_due = now + TAIL_SECONDS
+        self.active = {p: at for p, at in self.active.items() if now - at < TAIL_FOR_SECONDS}
+        layer = get_channel_layer()
+        assert layer is not None, "CHANNEL_LAYERS is not configured"
+        for project_pk in self.active:
+            await layer.group_send(
+                project_group(project_pk),
+                {"type": "saga.tail", "project": project_pk,
+                 "log_id": self.last_per_project[project_pk]},
+            )  # fmt: skip
 
 
 _relays: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Relay] = weakref.WeakKeyDictionary()

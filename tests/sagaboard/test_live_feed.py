@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,7 +17,7 @@ from django.test import Client
 
 from sagaboard.asgi import application
 from sagaboard.models import Project, Saga
-from sagaboard.realtime import project_group, stop_all
+from sagaboard.realtime import project_group, relay, stop_all
 from sagaboard.roles import roles_sync
 from sagaboard.selectors import last_event_id
 from sagaboard.storage import DjangoStore
@@ -122,6 +123,35 @@ async def test_a_dropped_message_is_refilled_from_the_log(world: dict[str, Any])
          "prev": top + 999, "saga_pk": second},
     )  # fmt: skip
     await received(comm, rf'id="saga-{second}"')
+    await comm.disconnect()
+
+
+async def test_the_last_messages_of_a_burst_are_refilled_even_when_nothing_follows(
+    world: dict[str, Any],
+) -> None:
+    comm = feed(f"list=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"])
+    await comm.connect()
+    first = await run_saga(world["shop"], "before-the-burst")
+    await received(comm, rf'id="saga-{first}"')
+    # The browser's buffer is full while the burst's last events are relayed: every one
+    # of their messages is dropped, and no event comes after them to reveal the gap.
+    layer = get_channel_layer()
+
+    async def dropped(group: str, message: dict[str, Any]) -> None:
+        return None  # as the in-memory layer does when a receiver's queue is full
+
+    layer.group_send = dropped
+    try:
+        last = await run_saga(world["shop"], "end-of-the-burst")
+        top = await database_sync_to_async(last_event_id)()
+        for _ in range(200):  # until the relay has sent (and lost) them, bounded
+            if relay().last_per_project.get(world["shop"].pk) == top:
+                break
+            await asyncio.sleep(0.025)
+    finally:
+        del layer.group_send  # the class's own again
+    html = await received(comm, rf'id="saga-{last}"')
+    assert "end-of-the-burst" in html
     await comm.disconnect()
 
 
