@@ -1,19 +1,28 @@
-"""sagaboard's URLs plus ``/bench/floor``: the plainest Django view, one INSERT per event.
+"""sagaboard's URLs plus the benchmark floors (never used in production).
 
-The ingestion benchmark divides the API's throughput by this view's, measured on
-the same server in the same run.
+* ``/bench/floor``: the plainest Django view, one INSERT per event. The ingestion
+  benchmark divides the API's throughput by this view's, measured on the same
+  server in the same run.
+* ``/bench/page-floor``: the plainest dashboard page, login required, one indexed
+  query, a tiny template. The page benchmark divides each page's time by it.
 """
 
 from __future__ import annotations
 
+from django.contrib.auth.decorators import login_required
 from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse
+from django.template import engines
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
+from sagaboard.models import Saga
 from sagaboard.urls import urlpatterns as sagaboard_urls
 
 _created = False
+_PAGE = engines["django"].from_string(
+    "<!doctype html><title>{{ saga.name }}</title><p>{{ saga.saga_id }} {{ saga.status }}</p>"
+)
 
 
 def _ensure_table() -> None:
@@ -34,4 +43,16 @@ def floor(request: HttpRequest) -> HttpResponse:
     return HttpResponse(b'{"ok": true}', content_type="application/json")
 
 
-urlpatterns = [*sagaboard_urls, path("bench/floor", floor)]
+@login_required
+def page_floor(request: HttpRequest) -> HttpResponse:
+    """One saga by its unique (project, saga_id) index, through the same middleware and
+    context processors as every dashboard page."""
+    saga = Saga.objects.filter(project__slug="big", saga_id=request.GET.get("saga", "")).first()
+    return HttpResponse(_PAGE.render({"saga": saga}, request))
+
+
+urlpatterns = [
+    *sagaboard_urls,
+    path("bench/floor", floor),
+    path("bench/page-floor", page_floor),
+]

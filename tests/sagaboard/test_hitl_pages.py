@@ -7,7 +7,9 @@ import io
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from hitl import person, storebot_server_saga
 
 from sagaboard import runner
@@ -236,3 +238,26 @@ def test_anonymous_users_reach_none_of_the_work_pages(client: Any) -> None:
         response = client.get(url)
         assert response.status_code == 302 and response["Location"].startswith("/login/")
     assert client.post("/approvals/1/decide/", {}).status_code == 302
+
+
+def test_the_queue_and_a_saga_page_cost_the_same_queries_however_much_is_stored(
+    shop: Project, django_assert_num_queries: Any, django_assert_max_num_queries: Any
+) -> None:
+    client = login("approver", shop)
+    waiting(shop, "s-0")
+    page_urls = ("/approvals/", "/sagas/shop/s-0/")
+    counts = {}
+    for url in page_urls:
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get(url).status_code == 200
+        counts[url] = len(ctx.captured_queries)
+    for n in range(1, 6):  # more waiting, and a failed undo with its attempts
+        waiting(shop, f"s-{n}")
+    failing(shop)
+    assert Approval.objects.filter(status="PENDING").count() == 6
+    for url in page_urls:
+        with django_assert_num_queries(counts[url]):
+            assert client.get(url).status_code == 200
+    # A saga with attempts to show and no approval: no more (one less: no votes to fetch).
+    with django_assert_max_num_queries(counts["/sagas/shop/s-0/"]):
+        assert client.get("/sagas/shop/f-1/").status_code == 200
