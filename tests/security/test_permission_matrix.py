@@ -276,8 +276,8 @@ def _describe(
     words = [status]
     if before.get(shop) != after.get(shop):
         words.append(CHANGED)
-        audited = [r for r in after.get(shop, []) if r[0] == "AuditEntry"]
-        if persona in SESSION and audited == [r for r in before[shop] if r[0] == "AuditEntry"]:
+        audits = [[r for r in s.get(shop, []) if r[0] == "AuditEntry"] for s in (before, after)]
+        if persona in SESSION and audits[0] == audits[1]:
             words.append("(not audited!)")
     elif before != after:
         words.append(OTHER_CHANGED)
