@@ -21,7 +21,7 @@ help:
 	@echo "make fmt            ruff format + ruff check --fix"
 	@echo "make bench          python -m benchmarks.engine"
 	@echo "make bench-ingest   python -m benchmarks.ingest (a live server on SQLite and PostgreSQL)"
-	@echo "make bench-live     python -m benchmarks.live_latency (websocket latency, 50 and 200 clients)"
+	@echo "make bench-live     python -m benchmarks.live_latency (websocket latency and delivery, both channel layers)"
 	@echo "make vendor         re-vendor htmx + htmx-ext-ws from npm into static/vendor/"
 	@echo "make venv|install   create .venv (Python >= 3.12, see .ci/find-python) / install deps"
 
