@@ -39,6 +39,7 @@ Every loop is bounded by count and time, and everything is on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -398,8 +399,8 @@ async def measure(
     await asyncio.sleep(0.5)  # let every consumer finish its connect-time catch-up
     if flood:
         seconds, events = plan.flood_seconds, max(1, int(plan.flood_seconds * plan.rate))
-    else:
-        seconds, events = 3600.0, plan.events
+    else:  # a busy server answers slower than the pace: then fewer sagas, not a longer run
+        seconds, events = 2 * plan.events / plan.rate, plan.events
     tracer = Writer(the_site.api, the_site.token, [[f"lat-{run}-{n}"] for n in range(events)],
                     plan.rate, seconds)  # fmt: skip
     writers = [tracer]
@@ -517,6 +518,9 @@ def measure_layer(layer: str, workdir: Path, plan: Plan, runs: int) -> list[repo
         floor = ChannelFloor(the_site)  # starts while the logins warm the servers up
         try:
             cookies = {s.url: session_cookie(s.url) for s in the_site.servers}
+            # Unmeasured: the first renders, templates and connections of fresh servers.
+            warm_up = dataclasses.replace(plan, events=10)
+            progress(layer, -1, "warm-up", measure(the_site, cookies, 2, warm_up, flood=False))
             for run in range(runs):
                 floors.append(floor.measure())
                 for clients in plan.clients:
