@@ -112,6 +112,18 @@ def test_the_same_user_on_another_address_and_another_user_here_are_not_locked_o
     assert login("bob", PASSWORD, ip=HERE).status_code == 302
 
 
+def test_getting_in_clears_the_mistakes_of_that_username_here(
+    limits: Any, clock: list[float]
+) -> None:
+    make_user("ann")
+    for _ in range(2):
+        login("ann", "wrong")
+    assert login("ann", PASSWORD).status_code == 302
+    for _ in range(2):
+        assert login("ann", "wrong").status_code == 200
+    assert login("ann", PASSWORD).status_code == 302  # 4 mistakes, never 3 in a row
+
+
 def test_one_address_trying_many_usernames_is_limited_whatever_the_username(
     limits: Any, clock: list[float]
 ) -> None:
