@@ -56,13 +56,15 @@ BIGINT = 2**63 - 1  # the largest id or log position a database row can have
 
 class TokenAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> ApiToken | None:
-        # Checked before the token is: an address over its limit gets no more guesses.
-        ip, rate = client_ip(request), parse_rate(settings.SAGABOARD_API_AUTH_RATE)
-        if wait := wait_seconds("api-auth", ip, rate):
-            raise RateLimited(wait)
         found = token_authenticate(token)
         if found is None:
-            hit("api-auth", ip, rate)
+            # Only failures are counted, and only they are refused: a good token pays
+            # nothing on this path and still works from an address (a NAT) that also
+            # sends bad ones. Guessing a 256-bit secret is hopeless anyway; the limit
+            # stops floods of bad tokens and probing.
+            ip, rate = client_ip(request), parse_rate(settings.SAGABOARD_API_AUTH_RATE)
+            if rate is not None and hit("api-auth", ip, rate) > rate.count:
+                raise RateLimited(wait_seconds("api-auth", ip, rate))
         return found
 
 

@@ -9,9 +9,9 @@ class SagaboardConfig(AppConfig):
 
     def ready(self) -> None:
         from django.conf import settings
-        from django.contrib.auth.signals import user_login_failed
+        from django.contrib.auth.signals import user_logged_in, user_login_failed
 
-        from sagaboard.login_guard import login_failed
+        from sagaboard.login_guard import login_failed, login_succeeded
         from sagaboard.rate_limits import parse_rate
 
         # A mistyped rate fails at start-up, not on the first failed login.
@@ -21,6 +21,7 @@ class SagaboardConfig(AppConfig):
             except ValueError as err:
                 raise ImproperlyConfigured(f"{name}: {err}") from err
         user_login_failed.connect(login_failed, dispatch_uid="sagaboard.login_failed")
+        user_logged_in.connect(login_succeeded, dispatch_uid="sagaboard.login_succeeded")
 
 
 RATE_SETTINGS = (

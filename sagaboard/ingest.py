@@ -295,6 +295,16 @@ def _check_move(batch: _Batch, event: TransitionIn) -> None:
     if info.seq != saga_in.seq:
         raise IngestError(422, "validation_error", "event.seq must equal saga.seq", "event.seq")
     saga = batch.sagas.get(saga_in.id)
+    if saga is not None and saga.driver == Saga.Driver.SERVER:
+        # Its steps, states and undos change only through the manual-flow API and the
+        # workers: events could otherwise rewrite what an approver approved.
+        raise IngestError(
+            409,
+            "conflict",
+            f"saga {saga_in.id!r} is run by sagaboard: change it through /api/v1/sagas/, "
+            "not transition events",
+            "saga.id",
+        )
     if saga is None and not (info.kind is EventKind.SAGA and info.from_state is None):
         raise IngestError(
             422,

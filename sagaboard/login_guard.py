@@ -13,7 +13,7 @@ affected, so nobody can lock a colleague out from afar. Both login pages
 Each failure is an audit entry (``login.failed``: the username tried, the IP, the
 time; never the password), and the failure that trips a limit one more
 (``login.rate_limited``). Refused attempts are not audited one by one, so a
-flood cannot fill the audit table.
+flood cannot fill the audit table. A successful login clears its username+IP count.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from sagaboard.models import AuditEntry
-from sagaboard.rate_limits import Rate, client_ip, hit, parse_rate, wait_seconds
+from sagaboard.rate_limits import Rate, client_ip, hit, parse_rate, reset, wait_seconds
 
 LOGIN_VIEWS = frozenset({"login", "admin:login"})
 USERNAME_MAX = 150  # Django's own limit; anything longer is cut before it is recorded
@@ -84,6 +84,18 @@ def login_failed(sender: Any, credentials: dict[str, Any], request: Any = None, 
             reason=f"too many failed logins per {' and per '.join(tripped)}",
             data=data,
         )
+
+
+def login_succeeded(sender: Any, request: Any = None, user: Any = None, **_: Any) -> None:
+    """``user_logged_in`` receiver: a person who got in starts again from zero mistakes.
+
+    Only the username+IP count: the per-IP count stays, or an attacker with one
+    account of their own could wipe the count of their guesses at others.
+    """
+    if request is None or user is None:
+        return
+    per_user, _per_ip = _rates()
+    reset("login", _user_key(user.get_username(), client_ip(request)), per_user)
 
 
 class LoginRateLimitMiddleware:

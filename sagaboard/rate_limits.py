@@ -91,6 +91,12 @@ def hit(scope: str, ident: str, rate: Rate | None) -> int:
         return 1
 
 
+def reset(scope: str, ident: str, rate: Rate | None) -> None:
+    """Forget ``ident``'s count in this window (a person who got it right at last)."""
+    if rate is not None:
+        cache.delete(_key(scope, ident, rate)[0])
+
+
 def client_ip(request: HttpRequest) -> str:
     """The client's address as the server saw it.
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_runs import storebot_events
 from django.test import Client
 from hitl import person
 
@@ -285,3 +286,17 @@ def test_the_approval_binds_to_directory_and_environment_too(
     settings.SAGABOARD_COMMAND_UNDO_CWD = commands_on / "elsewhere"
     assert plan_hash(plan_for(saga, step)) != before
     assert plan_for(saga, step)["env"] == COMMAND_ENV and "HOME" not in COMMAND_ENV
+
+
+def test_transition_events_cannot_rewrite_a_saga_sagaboard_runs(shop: Project) -> None:
+    """The events API is for sagas agents run; a server-run saga's steps (what approvers
+    approve) change only through the manual-flow API."""
+    token = token_create(project=shop, label="agent").secret
+    sagas.saga_begin(project=shop, event_id="b", name="ops", saga_id="s-1")
+    events = storebot_events("s-1")[1:4]  # steps added and completed, as an agent would send
+    answer = Client(headers={"authorization": f"Bearer {token}"}).post(
+        "/api/v1/events", json.dumps({"events": events}), content_type="application/json"
+    )
+    assert answer.status_code == 409
+    assert answer.json()["error"]["field"] == "saga.id" and "run by sagaboard" in answer.text
+    assert not Step.objects.exists() and Saga.objects.get().seq == 1
