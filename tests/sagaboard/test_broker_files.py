@@ -61,7 +61,7 @@ def test_a_message_being_written_is_not_seen_by_a_polling_worker(
     message.ack()
 
 
-def test_messages_arrive_whole_and_in_order(folder_broker: tuple[Any, Any]) -> None:
+def test_every_message_arrives_whole_and_once(folder_broker: tuple[Any, Any]) -> None:
     outbox, inbox = folder_broker
     for n in range(3):
         outbox.put({"n": n, "body": "x" * 10_000})
@@ -71,6 +71,6 @@ def test_messages_arrive_whole_and_in_order(folder_broker: tuple[Any, Any]) -> N
         received.append(message.payload["n"])
         assert message.payload["body"] == "x" * 10_000
         message.ack()
-    assert received == [0, 1, 2]
+    assert sorted(received) == [0, 1, 2]  # within one millisecond kombu's order is random
     with pytest.raises(inbox.Empty):
         inbox.get_nowait()
