@@ -193,7 +193,9 @@ class Site:
         return float(line["t"])
 
 
-def _environment(mode: str, workdir: Path, url: str, stack: ExitStack) -> dict[str, str]:
+def _environment(
+    mode: str, workdir: Path, url: str, stack: ExitStack, fs_polling: float | None
+) -> dict[str, str]:
     env = {
         "DATABASE_URL": url,
         "DJANGO_SETTINGS_MODULE": "benchmarks.approval_settings",
@@ -212,6 +214,8 @@ def _environment(mode: str, workdir: Path, url: str, stack: ExitStack) -> dict[s
         env |= {"REDIS_URL": redis_url, "SAGABOARD_REDIS_PREFIX": prefix}
     else:
         env |= {"REDIS_URL": "", "SAGABOARD_BENCH_QUEUE_DIR": str(workdir / "queue")}
+        if fs_polling:
+            env["SAGABOARD_BENCH_FS_POLLING"] = str(fs_polling)
     return env
 
 
@@ -228,14 +232,14 @@ def _redis_cleanup(url: str, prefix: str) -> None:
 
 
 @contextmanager
-def site(mode: str, workdir: Path) -> Iterator[Site]:
+def site(mode: str, workdir: Path, fs_polling: float | None = None) -> Iterator[Site]:
     """A running sagaboard for ``mode``, an approver and a policy; torn down on exit."""
     with ExitStack() as stack:
         url = stack.enter_context(
             temp_database("postgres" if mode == "production" else "sqlite", workdir)
         )
         manage(url, "migrate", "--no-input", "-v0")
-        env = _environment(mode, workdir, url, stack)
+        env = _environment(mode, workdir, url, stack, fs_polling)
         os.environ.update(env)
         import django
 
@@ -388,7 +392,7 @@ def measure_mode(mode: str, args: argparse.Namespace) -> list[report.Figure]:
     samples: dict[str, list[list[float]]] = {p: [] for p in [*paths, "floor"]}
     counts: list[int] = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        s = stack.enter_context(site(mode, Path(tmp)))
+        s = stack.enter_context(site(mode, Path(tmp), args.fs_polling))
         post = PostClient(s.server.url)
         stack.callback(post.close)
         pause = _random_phase(s.mode)
@@ -464,7 +468,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--approvals", type=int, help="per path and run (default 30, quick 8)")
     parser.add_argument(
-        "--budget", type=float, help="seconds of approvals a mode, all runs (default 150, quick 30)"
+        "--budget", type=float, help="seconds of approvals a mode, all runs (default 120, quick 30)"
     )
     parser.add_argument("--no-browser", action="store_true", help="the Python POST path only")
     parser.add_argument(
@@ -478,7 +482,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.approvals is None:
         args.approvals = 8 if args.quick else 30
     args.no_browser = args.no_browser or args.quick
-    args.budget = args.budget or (30.0 if args.quick else 150.0)
+    args.budget = args.budget or (30.0 if args.quick else 120.0)
     modes = args.mode or (["production"] if args.quick else list(MODES))
     if args.child:
         figures = measure_mode(modes[0], args)
