@@ -15,7 +15,8 @@ from sagaboard import broker_files
 @pytest.fixture
 def folder_broker(tmp_path: Path) -> Iterator[tuple[Any, Any]]:
     """A producer and a worker-side consumer on one folder, as the web process and the worker."""
-    options = {"data_folder_in": str(tmp_path), "data_folder_out": str(tmp_path)}
+    options = {"data_folder_in": str(tmp_path), "data_folder_out": str(tmp_path),
+               "control_folder": str(tmp_path / "control")}  # fmt: skip
     with (
         Connection("filesystem://", transport=broker_files.Transport,
                    transport_options=options) as producer,
