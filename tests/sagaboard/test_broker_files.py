@@ -15,6 +15,7 @@ from sagaboard import broker_files
 @pytest.fixture
 def folder_broker(tmp_path: Path) -> Iterator[tuple[Any, Any]]:
     """A producer and a worker-side consumer on one folder, as the web process and the worker."""
+    (tmp_path / "control").mkdir()  # the exchange's bindings (kombu's default: ./control)
     options = {"data_folder_in": str(tmp_path), "data_folder_out": str(tmp_path),
                "control_folder": str(tmp_path / "control")}  # fmt: skip
     with (
