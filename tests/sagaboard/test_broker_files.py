@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,10 @@ def folder_broker(tmp_path: Path) -> Iterator[tuple[Any, Any]]:
         Connection("filesystem://", transport=broker_files.Transport,
                    transport_options=options) as worker,
     ):  # fmt: skip
-        yield producer.SimpleQueue("tasks"), worker.SimpleQueue("tasks")
+        # A queue name of the test's own: kombu keeps declared bindings in class-level state,
+        # so a second test reusing a name would skip writing them to its new control folder.
+        name = f"tasks-{uuid.uuid4().hex[:8]}"
+        yield producer.SimpleQueue(name), worker.SimpleQueue(name)
 
 
 def test_a_message_being_written_is_not_seen_by_a_polling_worker(
