@@ -31,7 +31,8 @@ On the filesystem broker the floor is set by the transport's polling interval
 (kombu sleeps that long whenever every queue was empty).
 
 Each mode runs in a process of its own (Django is set up once, for its database).
-Every wait is bounded (``WAIT_S``), every loop counted (``--approvals`` a run).
+Every wait is bounded (``WAIT_S``), every loop counted (``--approvals`` a run) and timed
+(``--budget`` a mode).
 """
 
 from __future__ import annotations
