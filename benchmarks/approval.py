@@ -31,7 +31,8 @@ On the filesystem broker the floor is set by the transport's polling interval
 (kombu sleeps that long whenever every queue was empty).
 
 Each mode runs in a process of its own (Django is set up once, for its database).
-Every wait is bounded (``WAIT_S``), every loop counted (``--approvals`` a run).
+Every wait is bounded (``WAIT_S``), every loop counted (``--approvals`` a run) and timed
+(``--budget`` a mode).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from benchmarks.subrun import figures_of
 MODES = ("embedded", "production")
 WAIT_S = 20.0  # one undo reaching the worker; seconds even on the slowest broker
 SETUP_S = 30.0  # the worker taking every new saga to its approval gate
+MIN_APPROVALS = 5  # per run, whatever the time budget says
 PASSWORD = "bench-approver-pw-2718"
 AIM = report.Aim("click to undo start p99 < 100 ms", "value", "<=", 100.0)
 PATHS = {
@@ -192,7 +194,9 @@ class Site:
         return float(line["t"])
 
 
-def _environment(mode: str, workdir: Path, url: str, stack: ExitStack) -> dict[str, str]:
+def _environment(
+    mode: str, workdir: Path, url: str, stack: ExitStack, fs_polling: float | None
+) -> dict[str, str]:
     env = {
         "DATABASE_URL": url,
         "DJANGO_SETTINGS_MODULE": "benchmarks.approval_settings",
@@ -211,6 +215,8 @@ def _environment(mode: str, workdir: Path, url: str, stack: ExitStack) -> dict[s
         env |= {"REDIS_URL": redis_url, "SAGABOARD_REDIS_PREFIX": prefix}
     else:
         env |= {"REDIS_URL": "", "SAGABOARD_BENCH_QUEUE_DIR": str(workdir / "queue")}
+        if fs_polling:
+            env["SAGABOARD_BENCH_FS_POLLING"] = str(fs_polling)
     return env
 
 
@@ -227,14 +233,14 @@ def _redis_cleanup(url: str, prefix: str) -> None:
 
 
 @contextmanager
-def site(mode: str, workdir: Path) -> Iterator[Site]:
+def site(mode: str, workdir: Path, fs_polling: float | None = None) -> Iterator[Site]:
     """A running sagaboard for ``mode``, an approver and a policy; torn down on exit."""
     with ExitStack() as stack:
         url = stack.enter_context(
             temp_database("postgres" if mode == "production" else "sqlite", workdir)
         )
         manage(url, "migrate", "--no-input", "-v0")
-        env = _environment(mode, workdir, url, stack)
+        env = _environment(mode, workdir, url, stack, fs_polling)
         os.environ.update(env)
         import django
 
@@ -385,8 +391,9 @@ def _random_phase(mode: str) -> Callable[[], None]:
 def measure_mode(mode: str, args: argparse.Namespace) -> list[report.Figure]:
     paths = ["post"] if args.no_browser else ["browser", "post"]
     samples: dict[str, list[list[float]]] = {p: [] for p in [*paths, "floor"]}
+    counts: list[int] = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        s = stack.enter_context(site(mode, Path(tmp)))
+        s = stack.enter_context(site(mode, Path(tmp), args.fs_polling))
         post = PostClient(s.server.url)
         stack.callback(post.close)
         pause = _random_phase(s.mode)
@@ -394,12 +401,16 @@ def measure_mode(mode: str, args: argparse.Namespace) -> list[report.Figure]:
         if "browser" in paths:
             browser = Approver(stack.enter_context(chromium()), s.server.url)
             stack.callback(browser.close)
+        began = time.monotonic()
         for run in range(args.runs):
             waiting = s.gated_sagas(args.approvals * len(paths))
             if browser is not None:
                 browser.open_queue()
             got: dict[str, list[float]] = {p: [] for p in samples}
+            deadline = began + args.budget * (run + 1) / args.runs  # with the sagas' set-up
             for i in range(args.approvals):  # interleaved: load drifts hit all three alike
+                if i >= MIN_APPROVALS and time.monotonic() > deadline:
+                    break  # a slow machine: fewer approvals, the note says how many
                 pause()
                 got["floor"].append(floor_dispatch(s, f"{run}-{i}"))
                 pause()
@@ -409,7 +420,8 @@ def measure_mode(mode: str, args: argparse.Namespace) -> list[report.Figure]:
                     got["browser"].append(browser.approve(s, *waiting.pop()))
             for name, values in got.items():
                 samples[name].append(values)
-    return _figures(mode, paths, samples, s.breakdown, args)
+            counts.append(len(got["floor"]))
+    return _figures(mode, paths, samples, s.breakdown, args, counts)
 
 
 def _figures(
@@ -418,6 +430,7 @@ def _figures(
     samples: dict[str, list[list[float]]],
     breakdown: dict[str, list[float]],
     args: argparse.Namespace,
+    counts: list[int],
 ) -> list[report.Figure]:
     broker = "Redis, PostgreSQL" if mode == "production" else "filesystem broker, SQLite"
     polling = f"; filesystem polling {args.fs_polling:g} s" if args.fs_polling else ""
@@ -439,7 +452,7 @@ def _figures(
                 floor_label=f"Celery no-op task dispatch {stat} ({broker})",
                 floor_samples=floors[stat],
                 aim=AIM if stat == "p99" else None,
-                note=f"{broker}{polling}; {args.approvals} approvals a run; medians: "
+                note=f"{broker}{polling}; {min(counts)}-{max(counts)} approvals a run; medians: "
                 f"{to_task:.1f} ms to the rollback task's start, {in_task:.1f} ms in the "
                 "task before the undo (restore, lease, gate)",
             ))  # fmt: skip
@@ -456,6 +469,9 @@ def main(argv: list[str] | None = None) -> None:
         help="embedded and/or production (default: both; --quick: production)",
     )
     parser.add_argument("--approvals", type=int, help="per path and run (default 30, quick 8)")
+    parser.add_argument(
+        "--budget", type=float, help="seconds a mode may measure, all runs (default 150, quick 30)"
+    )
     parser.add_argument("--no-browser", action="store_true", help="the Python POST path only")
     parser.add_argument(
         "--fs-polling",
@@ -468,6 +484,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.approvals is None:
         args.approvals = 8 if args.quick else 30
     args.no_browser = args.no_browser or args.quick
+    args.budget = args.budget or (30.0 if args.quick else 150.0)
     modes = args.mode or (["production"] if args.quick else list(MODES))
     if args.child:
         figures = measure_mode(modes[0], args)
@@ -476,6 +493,7 @@ def main(argv: list[str] | None = None) -> None:
         for mode in modes:
             child = ["--child", "--mode", mode, "--runs", str(args.runs),
                      "--approvals", str(args.approvals)]  # fmt: skip
+            child += ["--budget", str(args.budget)]
             child += ["--no-browser"] if args.no_browser else []
             child += ["--quick"] if args.quick else []
             child += ["--fs-polling", str(args.fs_polling)] if args.fs_polling else []
