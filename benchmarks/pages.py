@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--fill-budget",
         type=float,
-        default=300.0,
+        default=240.0,
         help="seconds one database's fill may take in all (default 240)",
     )
     args = parser.parse_args(argv)
