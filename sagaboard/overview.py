@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.core.cache import cache
 from django.db.models import Count
@@ -60,12 +60,26 @@ def _status_counts(ids: list[int], cap: int) -> list[StatusCount]:
 
 
 def steps_needing_attention(projects: Sequence[Project], *, limit: int = 20) -> list[Step]:
-    """Undos that wait for a person: failed, awaiting approval, or in doubt; oldest first."""
-    return list(
-        Step.objects.filter(state__in=ATTENTION_STEP_STATES, saga__project__in=projects)
+    """Undos that wait for a person: failed, awaiting approval, or in doubt; oldest first.
+
+    One short query per state, merged (as ``recent_failures``): each walks the
+    (state, updated_at) index from its oldest end. With ``state IN (...)`` SQLite
+    scans every saga to join from, and PostgreSQL sorts every matching step; both
+    grow with the table (the page benchmark measured 250 ms at 400,000 steps).
+    """
+    rows = [
+        step
+        for state in ATTENTION_STEP_STATES
+        for step in Step.objects.filter(state=state, saga__project__in=projects)
         .select_related("saga__project")
         .order_by("updated_at", "pk")[:limit]
-    )
+    ]
+    return sorted(rows, key=_oldest_first)[:limit]
+
+
+def _oldest_first(step: Step) -> tuple[bool, datetime, int]:
+    # A step without a time goes last, as PostgreSQL orders NULLs in ascending order.
+    return (step.updated_at is None, step.updated_at or datetime.min.replace(tzinfo=UTC), step.pk)
 
 
 def recent_failures(projects: Sequence[Project], *, limit: int = 10) -> list[Saga]:

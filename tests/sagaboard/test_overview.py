@@ -14,7 +14,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from sagaboard import overview
-from sagaboard.models import Project, Saga
+from sagaboard.models import Project, Saga, Step
 from sagaboard.storage import DjangoStore
 from undo_core import Saga as EngineSaga
 from undo_core import SagaRollbackError, define_tool
@@ -135,3 +135,23 @@ def test_the_saga_list_filters_by_time_range(world: dict[str, Any]) -> None:
     assert "fresh" in recent and "stale" not in recent
     assert "stale" in world["client"].get("/?since=24h").content.decode()
     assert "stale" in world["client"].get("/?since=bogus").content.decode()  # ignored, not a 500
+
+
+def test_needs_attention_lists_every_waiting_state_oldest_first(world: dict[str, Any]) -> None:
+    shop = world["shop"]
+    for n in range(4):
+        stuck_saga(shop, f"s-{n}")
+    stuck_saga(world["other"], "theirs")
+    failed = list(Step.objects.filter(saga__project=shop, state="ROLLBACK_FAILED").order_by("pk"))
+    now = datetime.now(UTC)
+    for step, state, hours_ago in zip(
+        failed,
+        ["IN_DOUBT", "ROLLBACK_FAILED", "AWAITING_APPROVAL", "ROLLBACK_FAILED"],
+        [2, 4, 3, 1],
+        strict=True,
+    ):
+        Step.objects.filter(pk=step.pk).update(
+            state=state, updated_at=now - timedelta(hours=hours_ago)
+        )
+    listed = overview.steps_needing_attention([shop], limit=3)
+    assert [s.pk for s in listed] == [failed[1].pk, failed[2].pk, failed[0].pk]
