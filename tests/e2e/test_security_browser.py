@@ -489,3 +489,36 @@ def test_another_site_cannot_frame_the_dashboard(site: Site, browser: Any) -> No
             assert (frame.url == target) if shown else frame.url.startswith("chrome-error://")
     finally:
         context.close()
+
+
+def test_a_page_left_open_across_a_new_login_says_why_its_action_was_refused(
+    site: Site, root: Person
+) -> None:
+    """Logging in again rotates the CSRF token: a page from before posts a stale one. The
+    htmx post is refused (403) and the page says so and what to do; no CSP violation."""
+    from playwright.sync_api import expect
+
+    stale = root.tab("/approvals/")
+    stale.mark()
+    other = root.tab("/")
+    other.page.get_by_role("button", name="Log out").click()
+    other.page.wait_for_url("**/login/")
+    other.page.fill("input[name=username]", "root")
+    other.page.fill("input[name=password]", PASSWORD)
+    other.page.click("button[type=submit]")
+    other.page.wait_for_selector("#saga-rows")
+
+    stale.page.locator("#bulk-reason").fill("anything")
+    stale.page.get_by_role("button", name="Approve selected").click()
+    flash = stale.page.locator("#flash")
+    expect(flash).to_contain_text("security token (CSRF) is missing or out of date")
+    expect(flash).to_contain_text("Reload the page and try again.")
+    stale.assert_not_reloaded()
+    assert root.errors and all("403" in e for e in root.errors), root.errors  # that post only
+    root.errors.clear()
+    stale.page.reload()  # as the message says: now the same action goes through
+    stale.page.locator("#bulk-reason").fill("anything")
+    stale.page.get_by_role("button", name="Approve selected").click()
+    expect(stale.page.locator("#flash")).to_have_text("Select at least one.")
+    root.errors.clear()  # its 400 (nothing selected) is logged by the browser
+    root.assert_clean()
