@@ -23,6 +23,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from chromium import Tab, chromium
@@ -52,6 +53,7 @@ def hostile(label: str, payload: str = PROBE) -> str:
 
 # Fields the agent controls (SDK and API) and the operator types.
 CLIENT_NAME = hostile("client-saga")
+CLIENT_ID = "client/" + SCRIPT  # ids are the agent's choice too (and hold "/")
 CLIENT_TOOL_A, CLIENT_TOOL_B = hostile("client-tool-a"), hostile("client-tool-b")
 CLIENT_UNDO_ERROR, CLIENT_NOTE = hostile("client-undo-error"), hostile("client-note")
 CLIENT_ACTOR = hostile("client-actor", IMG)
@@ -222,7 +224,7 @@ def client_saga(site: Site) -> None:
     a = define_tool(CLIENT_TOOL_A, lambda i: STEP_OUTPUT, undo_fails)
     b = define_tool(CLIENT_TOOL_B, lambda i: STEP_OUTPUT, undo_fails)
     with SagaboardStore(site.url, site.token, flush_interval=0.01) as store:
-        saga = Saga(CLIENT_NAME, store=store, saga_id="xss-client",
+        saga = Saga(CLIENT_NAME, store=store, saga_id=CLIENT_ID,
                     on_compensation_failure="halt")  # fmt: skip
         saga.execute(a, STEP_INPUT)
         saga.execute(b, STEP_INPUT)
@@ -359,7 +361,7 @@ def test_hostile_text_from_agents_and_people_stays_text_everywhere_under_a_stric
             listing.page.reload()
             detail.page.reload()
         expect(listing.page.locator("#saga-rows tr")).to_have_count(2)
-        assert_inert(listing, SERVER_NAME, CLIENT_NAME)
+        assert_inert(listing, SERVER_NAME, CLIENT_NAME, CLIENT_ID)
         expect(detail.page.locator("h1 > .status")).to_have_text("ROLLED_BACK")
         assert_inert(detail, SERVER_NAME, HANDLER_TOOL, WEBHOOK_TOOL, COMMAND_TOOL,
                      FAILING_TOOL, *INPUT_TEXT, *OUTPUT_TEXT, STEP_ERROR, HANDLER,
@@ -369,16 +371,19 @@ def test_hostile_text_from_agents_and_people_stays_text_everywhere_under_a_stric
 
     # Every other page, rendered.
     pages = {
-        "/sagas/shop/xss-client/": (CLIENT_NAME, CLIENT_TOOL_A, CLIENT_TOOL_B, *INPUT_TEXT,
-                                    CLIENT_UNDO_ERROR, CLIENT_NOTE, CLIENT_ACTOR,
-                                    RESOLVE_REASON),
+        f"/sagas/shop/{quote(CLIENT_ID)}/": (CLIENT_ID, CLIENT_NAME, CLIENT_TOOL_A,
+                                             CLIENT_TOOL_B, *INPUT_TEXT, CLIENT_UNDO_ERROR,
+                                             CLIENT_NOTE, CLIENT_ACTOR, RESOLVE_REASON),
         "/overview/": (SERVER_NAME, CLIENT_NAME),
         "/approvals/": (),
         "/attention/": (),
         "/policies/": (POLICY_NAME,),
         "/audit/": (REJECT_REASON, APPROVE_REASON, RESOLVE_REASON, REVOKE_REASON),
         "/tokens/": (TOKEN_LABEL,),
-        "/?q=xss": (SERVER_NAME, CLIENT_NAME),
+        "/?q=client": (CLIENT_NAME, CLIENT_ID),
+        # Reflected: payloads in the filters come back in the search boxes and the feed URL.
+        f"/?q={quote(SVG)}&tool={quote(IMG)}&status={quote(SCRIPT)}": (),
+        f"/audit/?user={quote(SVG)}&action={quote(SCRIPT)}": (),
     }  # fmt: skip
     for path, texts in pages.items():
         tab = root.tab(path)
