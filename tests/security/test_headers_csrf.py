@@ -438,6 +438,7 @@ def test_the_headers_are_there_without_https_too(world: World) -> None:
     assert response["X-Frame-Options"] == "DENY"
     assert "frame-ancestors 'none'" in response["Content-Security-Policy"]
     assert response["X-Content-Type-Options"] == "nosniff"
+    assert response["Referrer-Policy"] == response["Cross-Origin-Opener-Policy"] == "same-origin"
     assert "Strict-Transport-Security" not in response  # HSTS over HTTPS only
 
 
