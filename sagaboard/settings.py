@@ -78,6 +78,7 @@ SESSION_COOKIE_HTTPONLY = True
 # every state change is a POST, which Lax keeps off cross-site requests.
 SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_HTTPONLY = True  # no script reads it: htmx takes the token from the page
+CSRF_FAILURE_VIEW = "sagaboard.csrf.csrf_failure"  # says what to do, htmx posts included
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"

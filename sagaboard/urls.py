@@ -23,7 +23,9 @@ urlpatterns = [
     path("policies/<int:pk>/", policy_pages.policy_edit, name="policy_edit"),
     path("audit/", policy_pages.audit, name="audit"),
     path("tokens/<str:prefix>/revoke/", token_pages.token_revoke, name="token_revoke"),
-    path("sagas/<slug:project>/<str:saga_id>/", views.saga_detail, name="saga_detail"),
+    # <path:>: an agent's saga id may hold "/" (ids are the agent's choice); <str:> made every
+    # page linking to such a saga fail to render (NoReverseMatch), for every user.
+    path("sagas/<slug:project>/<path:saga_id>/", views.saga_detail, name="saga_detail"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Pages without an icon link (the admin's) make browsers ask for this: no 404 in their console.

@@ -23,6 +23,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from chromium import Tab, chromium
@@ -52,6 +53,7 @@ def hostile(label: str, payload: str = PROBE) -> str:
 
 # Fields the agent controls (SDK and API) and the operator types.
 CLIENT_NAME = hostile("client-saga")
+CLIENT_ID = "client/" + SCRIPT  # ids are the agent's choice too (and hold "/")
 CLIENT_TOOL_A, CLIENT_TOOL_B = hostile("client-tool-a"), hostile("client-tool-b")
 CLIENT_UNDO_ERROR, CLIENT_NOTE = hostile("client-undo-error"), hostile("client-note")
 CLIENT_ACTOR = hostile("client-actor", IMG)
@@ -222,7 +224,7 @@ def client_saga(site: Site) -> None:
     a = define_tool(CLIENT_TOOL_A, lambda i: STEP_OUTPUT, undo_fails)
     b = define_tool(CLIENT_TOOL_B, lambda i: STEP_OUTPUT, undo_fails)
     with SagaboardStore(site.url, site.token, flush_interval=0.01) as store:
-        saga = Saga(CLIENT_NAME, store=store, saga_id="xss-client",
+        saga = Saga(CLIENT_NAME, store=store, saga_id=CLIENT_ID,
                     on_compensation_failure="halt")  # fmt: skip
         saga.execute(a, STEP_INPUT)
         saga.execute(b, STEP_INPUT)
@@ -359,7 +361,7 @@ def test_hostile_text_from_agents_and_people_stays_text_everywhere_under_a_stric
             listing.page.reload()
             detail.page.reload()
         expect(listing.page.locator("#saga-rows tr")).to_have_count(2)
-        assert_inert(listing, SERVER_NAME, CLIENT_NAME)
+        assert_inert(listing, SERVER_NAME, CLIENT_NAME, CLIENT_ID)
         expect(detail.page.locator("h1 > .status")).to_have_text("ROLLED_BACK")
         assert_inert(detail, SERVER_NAME, HANDLER_TOOL, WEBHOOK_TOOL, COMMAND_TOOL,
                      FAILING_TOOL, *INPUT_TEXT, *OUTPUT_TEXT, STEP_ERROR, HANDLER,
@@ -369,16 +371,19 @@ def test_hostile_text_from_agents_and_people_stays_text_everywhere_under_a_stric
 
     # Every other page, rendered.
     pages = {
-        "/sagas/shop/xss-client/": (CLIENT_NAME, CLIENT_TOOL_A, CLIENT_TOOL_B, *INPUT_TEXT,
-                                    CLIENT_UNDO_ERROR, CLIENT_NOTE, CLIENT_ACTOR,
-                                    RESOLVE_REASON),
+        f"/sagas/shop/{quote(CLIENT_ID)}/": (CLIENT_ID, CLIENT_NAME, CLIENT_TOOL_A,
+                                             CLIENT_TOOL_B, *INPUT_TEXT, CLIENT_UNDO_ERROR,
+                                             CLIENT_NOTE, CLIENT_ACTOR, RESOLVE_REASON),
         "/overview/": (SERVER_NAME, CLIENT_NAME),
         "/approvals/": (),
         "/attention/": (),
         "/policies/": (POLICY_NAME,),
         "/audit/": (REJECT_REASON, APPROVE_REASON, RESOLVE_REASON, REVOKE_REASON),
         "/tokens/": (TOKEN_LABEL,),
-        "/?q=xss": (SERVER_NAME, CLIENT_NAME),
+        "/?q=client": (CLIENT_NAME, CLIENT_ID),
+        # Reflected: payloads in the filters come back in the search boxes and the feed URL.
+        f"/?q={quote(SVG)}&tool={quote(IMG)}&status={quote(SCRIPT)}": (),
+        f"/audit/?user={quote(SVG)}&action={quote(SCRIPT)}": (),
     }  # fmt: skip
     for path, texts in pages.items():
         tab = root.tab(path)
@@ -489,3 +494,36 @@ def test_another_site_cannot_frame_the_dashboard(site: Site, browser: Any) -> No
             assert (frame.url == target) if shown else frame.url.startswith("chrome-error://")
     finally:
         context.close()
+
+
+def test_a_page_left_open_across_a_new_login_says_why_its_action_was_refused(
+    site: Site, root: Person
+) -> None:
+    """Logging in again rotates the CSRF token: a page from before posts a stale one. The
+    htmx post is refused (403) and the page says so and what to do; no CSP violation."""
+    from playwright.sync_api import expect
+
+    stale = root.tab("/approvals/")
+    stale.mark()
+    other = root.tab("/")
+    other.page.get_by_role("button", name="Log out").click()
+    other.page.wait_for_url("**/login/")
+    other.page.fill("input[name=username]", "root")
+    other.page.fill("input[name=password]", PASSWORD)
+    other.page.click("button[type=submit]")
+    other.page.wait_for_selector("#saga-rows")
+
+    stale.page.locator("#bulk-reason").fill("anything")
+    stale.page.get_by_role("button", name="Approve selected").click()
+    flash = stale.page.locator("#flash")
+    expect(flash).to_contain_text("security token (CSRF) is missing or out of date")
+    expect(flash).to_contain_text("Reload the page and try again.")
+    stale.assert_not_reloaded()
+    assert root.errors and all("403" in e for e in root.errors), root.errors  # that post only
+    root.errors.clear()
+    stale.page.reload()  # as the message says: now the same action goes through
+    stale.page.locator("#bulk-reason").fill("anything")
+    stale.page.get_by_role("button", name="Approve selected").click()
+    expect(stale.page.locator("#flash")).to_have_text("Select at least one.")
+    root.errors.clear()  # its 400 (nothing selected) is logged by the browser
+    root.assert_clean()

@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -437,6 +438,7 @@ def test_the_headers_are_there_without_https_too(world: World) -> None:
     assert response["X-Frame-Options"] == "DENY"
     assert "frame-ancestors 'none'" in response["Content-Security-Policy"]
     assert response["X-Content-Type-Options"] == "nosniff"
+    assert response["Referrer-Policy"] == response["Cross-Origin-Opener-Policy"] == "same-origin"
     assert "Strict-Transport-Security" not in response  # HSTS over HTTPS only
 
 
@@ -492,3 +494,51 @@ def test_the_audit_csv_export_defuses_formula_cells(world: World) -> None:
     assert sorted(reasons) == sorted("'" + f for f in FORMULAS)
     for row in rows[1:]:
         assert all(cell[:1] not in ("=", "+", "-", "@", "\t", "\r") for cell in row), row
+
+
+def test_a_refused_htmx_post_says_why_in_the_pages_status_message(world: World) -> None:
+    """Its ``hx-swap="none"`` would show nothing: the answer swaps the #flash message."""
+    client = csrf_client(world.root)
+    url = f"/approvals/{world.approval.pk}/decide/"
+    answer = client.post(url, {"decision": "approve", "reason": "ok"}, headers=HTMX)
+    text = answer.content.decode()
+    assert answer.status_code == 403
+    assert text.startswith('<p id="flash" hx-swap-oob="true"') and "Reload the page" in text
+    page = client.post(url, {"decision": "approve", "reason": "ok"})
+    assert page.status_code == 403 and "<h1>Refused</h1>" in page.content.decode()
+    assert "<style" not in page.content.decode()  # Django's own page has one: the CSP refuses it
+
+
+TEMPLATES = ROOT / "templates"
+COMMENT = re.compile(r"\{#.*?#\}|\{% comment %\}.*?\{% endcomment %\}", re.S)
+# What the CSP refuses, or what htmx would evaluate: none of it in a template.
+FORBIDDEN_MARKUP = {
+    "an inline script": re.compile(r"<script(?![^>]*\bsrc=)[^>]*>", re.I),
+    "an event handler attribute": re.compile(r"\son[a-z]+\s*=", re.I),
+    "a style attribute or element": re.compile(r"\sstyle\s*=|<style", re.I),
+    "hx-on": re.compile(r"hx-on", re.I),
+    "a javascript: URL": re.compile(r"javascript:", re.I),
+    "a js: value for htmx": re.compile(r"""=\s*['"]\s*js:""", re.I),
+    "an inline data: resource": re.compile(r"""(?:src|href)\s*=\s*['"]data:""", re.I),
+}
+
+
+def test_no_template_has_inline_script_handlers_styles_or_eval() -> None:
+    found = [
+        (str(path.relative_to(ROOT)), what)
+        for path in sorted(TEMPLATES.rglob("*.html"))
+        for what, pattern in FORBIDDEN_MARKUP.items()
+        if pattern.search(COMMENT.sub("", path.read_text()))
+    ]
+    assert len(list(TEMPLATES.rglob("*.html"))) > 15
+    assert found == []
+
+
+def test_no_script_of_ours_evaluates_strings_or_writes_html() -> None:
+    """The CSP refuses eval; writing HTML from strings would bypass the templates' escaping."""
+    risky = re.compile(
+        r"\beval\(|new Function|setTimeout\(\s*['\"]|innerHTML|outerHTML|document\.write"
+    )
+    scripts = sorted((ROOT / "static" / "sagaboard").glob("*.js"))
+    assert len(scripts) >= 2
+    assert [p.name for p in scripts if risky.search(p.read_text())] == []
