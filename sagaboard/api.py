@@ -8,12 +8,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import orjson
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
 from ninja.renderers import JSONRenderer
 from ninja.responses import NinjaJSONEncoder
 from ninja.security import HttpBearer
@@ -57,8 +59,22 @@ class _Renderer(JSONRenderer):
     encoder_class = _Encoder
 
 
+class _Parser(Parser):
+    """orjson: twice as fast as ``json`` on event batches, and it refuses NaN and Infinity,
+    which are not JSON (``json.loads`` lets them through).
+
+    The parsed body stays on the request: ingestion hashes each event as it was sent.
+    """
+
+    def parse_body(self, request: HttpRequest) -> dict[str, Any]:
+        data: dict[str, Any] = orjson.loads(request.body)
+        request.parsed_body = data  # type: ignore[attr-defined]
+        return data
+
+
 api = NinjaAPI(
     renderer=_Renderer(),
+    parser=_Parser(),
     title="sagaboard",
     version="1",
     description="Saga events from AI agents; see docs/api.md.",
@@ -155,14 +171,20 @@ def _token(request: HttpRequest) -> ApiToken:
 
 
 @api.post("/events", response={200: EventBatchOut, **ERRORS}, tags=["events"])
-def post_events(request: HttpRequest, payload: EventBatchIn) -> dict[str, Any]:
+def post_events(request: HttpRequest, payload: EventBatchIn) -> HttpResponse:
     """Apply transition events (one or a batch) atomically, in order, idempotently."""
     limit = settings.SAGABOARD_API_MAX_BATCH
     if len(payload.events) > limit:
         raise IngestError(422, "validation_error", f"at most {limit} events per batch", "events")
     token = _token(request)
-    results = events_ingest(project=token.project, events=payload.events, token_pk=token.pk)
-    return {"results": [r.__dict__ for r in results]}
+    sent = request.parsed_body["events"]  # type: ignore[attr-defined]
+    results = events_ingest(
+        project=token.project, events=payload.events, token_pk=token.pk, sent=sent
+    )
+    # Written directly (the shape is EventBatchOut): validating and encoding a thousand
+    # results through the schema cost more than storing some of them.
+    body = orjson.dumps({"results": [r.__dict__ for r in results]})
+    return HttpResponse(body, content_type="application/json")
 
 
 # ---------------------------------------------------------------- sagas
