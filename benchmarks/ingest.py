@@ -30,6 +30,7 @@ import os
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -90,28 +91,40 @@ def run_sagas(store: Any, count: int, deadline: float = float("inf")) -> None:
 
 
 def make_events(count: int) -> list[dict[str, Any]]:
-    """At least ``count`` events of fresh sagas (whole sagas, in order)."""
+    """At least ``count`` events of fresh sagas (whole sagas, in order), as the SDK sends them."""
     recorder = _Recorder()
     run_sagas(recorder, -(-count // (2 + 2 * STEPS)))
     return recorder.events
 
 
-def lanes(events: list[dict[str, Any]], threads: int, per_request: int) -> list[list[bytes]]:
+def saga_texts(count: int) -> list[list[str]]:
+    """At least ``count`` events as JSON text, one list per saga, each saga a fresh id.
+
+    One saga is run by the engine; the others are its copies under new ids (running
+    thousands of sagas would cost the client more time than the measurement).
+    """
+    template = make_events(1)
+    old = template[0]["saga"]["id"]
+    texts = [json.dumps(e) for e in template]
+    return [
+        [t.replace(old, new) for t in texts]
+        for new in (str(uuid.uuid4()) for _ in range(-(-count // len(texts))))
+    ]
+
+
+def lanes(sagas: list[list[str]], threads: int, per_request: int) -> list[list[bytes]]:
     """Split events into one ordered lane per client thread, whole sagas to one lane.
 
     A saga's events must arrive in order, so a saga never spans two lanes.
     ``per_request`` 0 sends each event bare (the floor's body).
     """
-    by_saga: dict[str, list[dict[str, Any]]] = {}
-    for event in events:
-        by_saga.setdefault(event["saga"]["id"], []).append(event)
-    split: list[list[dict[str, Any]]] = [[] for _ in range(threads)]
-    for n, saga_events in enumerate(by_saga.values()):
-        split[n % threads].extend(saga_events)
+    split: list[list[str]] = [[] for _ in range(threads)]
+    for n, events in enumerate(sagas):
+        split[n % threads].extend(events)
     if per_request == 0:
-        return [[json.dumps(e).encode() for e in lane] for lane in split]
+        return [[e.encode() for e in lane] for lane in split]
     return [
-        [json.dumps({"events": lane[i : i + per_request]}).encode()
+        [('{"events": [' + ", ".join(lane[i : i + per_request]) + "]}").encode()
          for i in range(0, len(lane), per_request)]
         for lane in split
     ]  # fmt: skip
@@ -160,8 +173,8 @@ def timed_posts(
 
     def worker(k: int) -> None:
         url = urls[k % len(urls)]
-        for body in bodies[k]:
-            if time.monotonic() > deadline:
+        for n, body in enumerate(bodies[k]):
+            if n and time.monotonic() > deadline:  # every lane sends at least one body
                 return
             response = clients[k].post(url, content=body)
             if response.status_code != 200:
@@ -229,14 +242,14 @@ def measure_run(servers: list[Server], token: str, sizes: Sizes, series: Series)
     """One run: the floor and every figure, back to back on the same servers."""
     api = [f"{s.url}/api/v1/events" for s in servers]
     floor = [f"{s.url}/bench/floor" for s in servers]
-    singles = make_events(sizes.single_events)
+    singles = saga_texts(sizes.single_events)
     series.floor.append(
         timed_posts(floor, "", lanes(singles, THREADS, 0), 1, sizes.seconds, servers)
     )
     series.single.append(
         timed_posts(api, token, lanes(singles, THREADS, 1), 1, sizes.seconds, servers)
     )
-    batches = lanes(make_events(sizes.batch_events), THREADS, PER_BATCH)
+    batches = lanes(saga_texts(sizes.batch_events), THREADS, PER_BATCH)
     series.batch.append(timed_posts(api, token, batches, PER_BATCH, sizes.seconds, servers))
     series.sdk.append(sdk_run(servers, token, sizes.sdk_sagas, sizes.seconds))
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 import functools
 import json
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -53,33 +56,33 @@ class Table:
             out[i] = convert(out[i])
         return tuple(out)
 
-    def insert(self, objs: Iterable[Any], returning: Sequence[str] = ()) -> list[tuple[Any, ...]]:
-        """Insert the rows with multi-row VALUES; the ``returning`` columns of each new row.
+    def insert(self, objs: Iterable[Any], returning: Sequence[str] = ()) -> Rows:
+        """Insert the rows with multi-row VALUES; ``fetch()`` the ``returning`` columns.
 
         One statement per few hundred rows: on PostgreSQL one execution instead of one
         per row, and with ``RETURNING`` no second query to find the new keys. Rows
         come back in no promised order: return a unique column to match them by.
         """
         rows = [self.row(obj) for obj in objs]
-        if not rows:
-            return []
+        result = Rows(returning, None, [])
         group = f"({', '.join(['%s'] * len(self.columns))})"
         head = f"INSERT INTO {self.table} ({', '.join(self.columns)}) VALUES "
         tail = ""
         if returning:
             names = ", ".join(self.quote(self.meta.get_field(f).column) for f in returning)  # type: ignore[union-attr]
             tail = f" RETURNING {names}"
-        found: list[tuple[Any, ...]] = []
-        with connection.cursor() as cursor:
-            # A few hundred rows per statement: under SQLite's parameter and VALUES
-            # limits, and one statement for PostgreSQL to plan (and prepare) per size.
-            for start in range(0, len(rows), _ROWS_PER_STATEMENT):
-                chunk = rows[start : start + _ROWS_PER_STATEMENT]
-                params = [value for row in chunk for value in row]
-                cursor.execute(head + ", ".join([group] * len(chunk)) + tail, params)
-                if returning:
-                    found += [tuple(r) for r in cursor.fetchall()]
-        return found
+        # A few hundred rows per statement: under SQLite's parameter and VALUES limits,
+        # and one statement for PostgreSQL to plan (and prepare) per size.
+        for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+            chunk = rows[start : start + _ROWS_PER_STATEMENT]
+            params = [value for row in chunk for value in row]
+            sql = head + ", ".join([group] * len(chunk)) + tail
+            if returning:
+                result.send(sql, params)
+            else:
+                with connection.cursor() as cursor:
+                    cursor.execute(sql, params)
+        return result
 
     def update(self, objs: Iterable[Any]) -> None:
         rows = [(*self.row(obj), obj.pk) for obj in objs]
@@ -151,6 +154,94 @@ def _json_text(value: Any) -> str | None:
         return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
+@dataclass(frozen=True)
+class InSelect:
+    """A ``where`` value: the column is IN (SELECT ``field`` FROM ``model`` WHERE ``where``)."""
+
+    model: type[models.Model]
+    field: str
+    where: dict[str, Any]
+
+
+def _where(model: type[models.Model], where: dict[str, Any]) -> tuple[str, list[Any]] | None:
+    """SQL and parameters for ``where``; None when an empty ``IN`` list matches nothing."""
+    meta, quote = model._meta, connection.ops.quote_name
+    clauses, params = [], []
+    for name, value in where.items():
+        column = quote(meta.get_field(name).column)  # type: ignore[union-attr]
+        if isinstance(value, InSelect):
+            inner = _where(value.model, value.where)
+            if inner is None:
+                return None
+            field = quote(value.model._meta.get_field(value.field).column)  # type: ignore[union-attr]
+            table = quote(value.model._meta.db_table)
+            clauses.append(f"{column} IN (SELECT {field} FROM {table} WHERE {inner[0]})")
+            params.extend(inner[1])
+        elif isinstance(value, (list, set, tuple)):
+            if not value:
+                return None
+            clauses.append(f"{column} IN ({', '.join(['%s'] * len(value))})")
+            params.extend(value)
+        else:
+            clauses.append(f"{column} = %s")
+            params.append(value)
+    return " AND ".join(clauses), params
+
+
+class Rows:
+    """A SELECT sent to the database; its rows as namespaces once ``fetch``-ed.
+
+    Sent inside :func:`round_trip`, several of them reach PostgreSQL together and
+    their rows are read after the block.
+    """
+
+    def __init__(self, fields: Sequence[str], sql: str | None, params: list[Any]) -> None:
+        self.fields = list(fields)
+        self.cursors: list[Any] = []
+        if sql is not None:
+            self.send(sql, params)
+
+    def send(self, sql: str, params: list[Any]) -> None:
+        cursor = connection.cursor()
+        cursor.execute(sql, params)
+        self.cursors.append(cursor)
+
+    def fetch(self) -> list[Any]:
+        found = []
+        for cursor in self.cursors:
+            with cursor:
+                found += [
+                    SimpleNamespace(**dict(zip(self.fields, row, strict=True)))
+                    for row in cursor.fetchall()
+                ]
+        self.cursors = []
+        return found
+
+
+def send_select(
+    model: type[models.Model],
+    fields: Sequence[str],
+    where: dict[str, Any],
+    *,
+    for_update: bool = False,
+) -> Rows:
+    """Rows of ``model``, without the ORM's query building; read them with ``fetch()``.
+
+    ``where`` maps a field to a value (``=``), a list (``IN``) or an :class:`InSelect`.
+    Only plain columns (text, numbers, booleans, keys) should be read this way: values
+    come back as the driver gives them.
+    """
+    meta, quote = model._meta, connection.ops.quote_name
+    condition = _where(model, where)
+    if condition is None:
+        return Rows(fields, None, [])
+    columns = ", ".join(quote(meta.get_field(f).column) for f in fields)  # type: ignore[union-attr]
+    sql = f"SELECT {columns} FROM {quote(meta.db_table)} WHERE {condition[0]}"
+    if for_update and connection.features.has_select_for_update:
+        sql += " FOR UPDATE"
+    return Rows(fields, sql, condition[1])
+
+
 def select(
     model: type[models.Model],
     fields: Sequence[str],
@@ -158,31 +249,21 @@ def select(
     *,
     for_update: bool = False,
 ) -> list[Any]:
-    """Rows of ``model`` as namespaces, without the ORM's query building.
+    """``send_select(...).fetch()``."""
+    return send_select(model, fields, where, for_update=for_update).fetch()
 
-    ``where`` maps a field to a value (``=``) or to a list (``IN``). Only plain
-    columns (text, numbers, booleans, keys) should be read this way: values come
-    back as the driver gives them.
+
+@contextmanager
+def round_trip() -> Iterator[None]:
+    """Statements sent inside reach PostgreSQL together (a pipeline): one round trip, not
+    one each; read their results after the block. Statements still run one after the
+    other, in order, in the transaction. Elsewhere (SQLite runs in process) a no-op.
     """
-    from types import SimpleNamespace
-
-    meta = model._meta
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(meta.get_field(f).column) for f in fields)  # type: ignore[union-attr]
-    clauses, params = [], []
-    for name, value in where.items():
-        column = quote(meta.get_field(name).column)  # type: ignore[union-attr]
-        if isinstance(value, (list, set, tuple)):
-            if not value:
-                return []
-            clauses.append(f"{column} IN ({', '.join(['%s'] * len(value))})")
-            params.extend(value)
-        else:
-            clauses.append(f"{column} = %s")
-            params.append(value)
-    sql = f"SELECT {columns} FROM {quote(meta.db_table)} WHERE {' AND '.join(clauses)}"
-    if for_update and connection.features.has_select_for_update:
-        sql += " FOR UPDATE"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [SimpleNamespace(**dict(zip(fields, row, strict=True))) for row in cursor]
+    if connection.vendor != "postgresql":
+        yield
+        return
+    connection.ensure_connection()
+    # Errors surface when the pipeline syncs, as psycopg's own: translate them as
+    # Django's cursors do (an IntegrityError stays an IntegrityError).
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield

@@ -19,7 +19,7 @@ import orjson
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from sagaboard.bulk import select, table
+from sagaboard.bulk import InSelect, round_trip, send_select, table
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from sagaboard.schemas import TransitionIn
 from sagaboard.storage import copy_saga, copy_step, event_fields, new_attempts
@@ -84,36 +84,38 @@ class _Batch:
 
     def __init__(self, project: Project, events: list[TransitionIn]) -> None:
         self.project = project
-        # Lock the sagas this batch changes: concurrent batches for one saga serialise here.
-        # Only what validation reads is loaded; every written column comes from the events.
-        self.sagas = {
-            row.saga_id: row
-            for row in select(
+        saga_ids = list({e.saga.id for e in events})
+        with round_trip():
+            # Lock the sagas this batch changes: concurrent batches for one saga serialise
+            # here. Only what validation reads is loaded; written columns come from events.
+            sagas = send_select(
                 Saga,
                 ["id", "project_id", "saga_id", "driver", "status", "seq"],
-                {"project": project.pk, "saga_id": list({e.saga.id for e in events})},
+                {"project": project.pk, "saga_id": saga_ids},
                 for_update=True,
             )
-        }
-        # Read after the lock: a concurrent batch on these sagas has committed by now.
-        self.seen = {
-            row.client_event_id: (row.digest, row.id)
-            for row in select(
+            # Sent after the lock, so read after it (statements run in order): a
+            # concurrent batch on these sagas has committed by the time these run.
+            seen = send_select(
                 Event,
                 ["client_event_id", "digest", "id"],
                 {"project": project.pk, "client_event_id": [e.event_id for e in events]},
             )
-        }
+            steps = send_select(
+                Step,
+                ["id", "saga_id", "step_id", "state", "undo"],
+                {
+                    "saga": InSelect(Saga, "id", {"project": project.pk, "saga_id": saga_ids}),
+                    "step_id": list({e.step.id for e in events if e.step is not None}),
+                },
+            )
+        self.sagas = {row.saga_id: row for row in sagas.fetch()}
+        self.seen = {row.client_event_id: (row.digest, row.id) for row in seen.fetch()}
         for row in self.sagas.values():
             row.pk, row.created_at = row.id, None
         by_pk = {s.pk: s.saga_id for s in self.sagas.values()}
-        step_ids = list({e.step.id for e in events if e.step is not None})
         self.steps = {}
-        for row in select(
-            Step,
-            ["id", "saga_id", "step_id", "state", "undo"],
-            {"saga": list(by_pk), "step_id": step_ids},
-        ):
+        for row in steps.fetch():
             row.pk, row.undo = row.id, json.loads(row.undo) if row.undo else {}
             self.steps[(by_pk[row.saga_id], row.step_id)] = row
         self.attempts: dict[int, set[int]] = {}
@@ -154,43 +156,51 @@ class _Batch:
             self.failed_undos.append((saga.saga_id, info.step_id))
 
     def write(self) -> dict[str, int]:
-        """Write every changed row; the log id of each event, by its ``event_id``."""
+        """Write every changed row; the log id of each event, by its ``event_id``.
+
+        Three round trips to PostgreSQL whatever the batch: the sagas, then steps and
+        events together, then (rarely) compensation attempts, which need new steps' keys.
+        """
         new = [s for s in self.sagas.values() if s.pk is None]
         for s in new:
             s.project_id, s.posted_by_token_id = self.project.pk, self.token_pk
-        # Update the sagas that existed before inserting new ones (which get keys below).
-        table(Saga, _SAGA_COLUMNS).update(
-            s for s in self.sagas.values() if s.pk is not None and getattr(s, "dirty", False)
-        )
-        for pk, saga_id in table(Saga, _SAGA_NEW_COLUMNS).insert(new, returning=["id", "saga_id"]):
-            self.sagas[saga_id].pk = pk
+        with round_trip():
+            table(Saga, _SAGA_COLUMNS).update(
+                s for s in self.sagas.values() if s.pk is not None and getattr(s, "dirty", False)
+            )
+            saga_keys = table(Saga, _SAGA_NEW_COLUMNS).insert(new, returning=["id", "saga_id"])
+        for row in saga_keys.fetch():
+            self.sagas[row.saga_id].pk = row.id
         steps = [self.steps[key] for key in self.dirty_steps]
         for (saga_id, _), row in zip(self.dirty_steps, steps, strict=True):
             row.saga_id = self.sagas[saga_id].pk
         fresh = [row for row in steps if row.pk is None]
-        table(Step, _STEP_COLUMNS).update(row for row in steps if row.pk is not None)
-        new_steps = table(Step, ["saga_id", "step_id", *_STEP_COLUMNS]).insert(
-            fresh, returning=["id", "saga_id", "step_id"]
-        )
+        now = timezone.now()
+        with round_trip():
+            table(Step, _STEP_COLUMNS).update(row for row in steps if row.pk is not None)
+            step_keys = table(Step, ["saga_id", "step_id", *_STEP_COLUMNS]).insert(
+                fresh, returning=["id", "saga_id", "step_id"]
+            )
+            logged = table(Event, _EVENT_COLUMNS).insert(
+                (
+                    SimpleNamespace(
+                        **event_fields(saga, info, client_id, digest),
+                        saga_id=saga.pk,
+                        recorded_at=now,
+                    )
+                    for saga, info, client_id, digest in self.events
+                ),
+                returning=["id", "client_event_id"],
+            )
         by_key = {(row.saga_id, row.step_id): row for row in fresh}
-        for pk, saga_pk, step_id in new_steps:
-            by_key[(saga_pk, step_id)].pk = pk
+        for key in step_keys.fetch():
+            by_key[(key.saga_id, key.step_id)].pk = key.id
         attempts = []
         for key, snapshot in self.dirty_steps.items():
             row = self.steps[key]
             attempts += new_attempts(row.pk, snapshot, self.attempts.get(row.pk, set()))
         table(CompensationAttempt, _ATTEMPT_COLUMNS).insert(attempts)
-        now = timezone.now()
-        logged = table(Event, _EVENT_COLUMNS).insert(
-            (
-                SimpleNamespace(
-                    **event_fields(saga, info, client_id, digest), saga_id=saga.pk, recorded_at=now
-                )
-                for saga, info, client_id, digest in self.events
-            ),
-            returning=["id", "client_event_id"],
-        )
-        return {client_id: pk for pk, client_id in logged}
+        return {row.client_event_id: row.id for row in logged.fetch()}
 
 
 def events_ingest(
