@@ -22,6 +22,7 @@ from ninja.security import HttpBearer
 
 from sagaboard import sagas, selectors
 from sagaboard.ingest import IngestError, events_ingest
+from sagaboard.json_body import parse_json
 from sagaboard.models import ApiToken, Saga, Step
 from sagaboard.schemas import (
     ErrorOut,
@@ -60,14 +61,11 @@ class _Renderer(JSONRenderer):
 
 
 class _Parser(Parser):
-    """orjson: twice as fast as ``json`` on event batches, and it refuses NaN and Infinity,
-    which are not JSON (``json.loads`` lets them through).
-
-    The parsed body stays on the request: ingestion hashes each event as it was sent.
-    """
+    """Bodies through ``parse_json`` (orjson where exact); the parsed body stays on the
+    request, so ingestion can hash each event as it was sent."""
 
     def parse_body(self, request: HttpRequest) -> dict[str, Any]:
-        data: dict[str, Any] = orjson.loads(request.body)
+        data: dict[str, Any] = parse_json(request.body)
         request.parsed_body = data  # type: ignore[attr-defined]
         return data
 

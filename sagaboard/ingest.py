@@ -274,7 +274,11 @@ def _digest(event: TransitionIn, sent: Any) -> str:
     """
     if sent is None:
         return hashlib.sha256(_legacy_form(event)).hexdigest()
-    return hashlib.sha256(orjson.dumps(sent, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    try:
+        canonical = orjson.dumps(sent, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer past 64 bits: the same event always lands here
+        canonical = json.dumps(sent, sort_keys=True, ensure_ascii=False).encode()
+    return hashlib.sha256(canonical).hexdigest()
 
 
 def _legacy_form(event: TransitionIn) -> bytes:
