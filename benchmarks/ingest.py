@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -66,8 +67,8 @@ class Sizes:
     seconds: float
 
 
-FULL = Sizes(single_events=3000, batch_events=40_000, sdk_sagas=2000, seconds=6.0)
-QUICK = Sizes(single_events=600, batch_events=6000, sdk_sagas=200, seconds=1.0)
+FULL = Sizes(single_events=3000, batch_events=40_000, sdk_sagas=2000, seconds=5.0)
+QUICK = Sizes(single_events=400, batch_events=5000, sdk_sagas=100, seconds=0.8)
 
 
 class _Recorder(MemoryStore):
@@ -272,14 +273,17 @@ def measure_database(kind: str, runs: int, sizes: Sizes) -> dict[int, Series]:
     with ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory())
         db_url = stack.enter_context(temp_database(kind, Path(tmp)))
+        began = time.monotonic()
         token = prepare(db_url)
         servers = [
             stack.enter_context(Server(db_url, settings="benchmarks.settings")) for _ in range(2)
         ]
         _warm_up(servers, token)
+        print(f"  {kind}: ready in {time.monotonic() - began:.1f} s", file=sys.stderr)
         for _ in range(runs):
             for webs in (1, 2):
                 measure_run(servers[:webs], token, sizes, result[webs])
+        print(f"  {kind}: measured in {time.monotonic() - began:.1f} s", file=sys.stderr)
     return result
 
 
