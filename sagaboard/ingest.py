@@ -19,7 +19,7 @@ import orjson
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from sagaboard.bulk import InSelect, round_trip, send_select, table
+from sagaboard.bulk import InSelect, Rows, round_trip, send_select, table
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from sagaboard.schemas import TransitionIn
 from sagaboard.storage import copy_saga, copy_step, event_fields, new_attempts
@@ -158,8 +158,9 @@ class _Batch:
     def write(self) -> dict[str, int]:
         """Write every changed row; the log id of each event, by its ``event_id``.
 
-        Three round trips to PostgreSQL whatever the batch: the sagas, then steps and
-        events together, then (rarely) compensation attempts, which need new steps' keys.
+        On PostgreSQL one round trip when every saga exists already, two when the batch
+        creates sagas (steps and events need their keys), and one more for compensation
+        attempts (rare: they need new steps' keys).
         """
         new = [s for s in self.sagas.values() if s.pk is None]
         for s in new:
@@ -169,38 +170,43 @@ class _Batch:
                 s for s in self.sagas.values() if s.pk is not None and getattr(s, "dirty", False)
             )
             saga_keys = table(Saga, _SAGA_NEW_COLUMNS).insert(new, returning=["id", "saga_id"])
-        for row in saga_keys.fetch():
-            self.sagas[row.saga_id].pk = row.id
-        steps = [self.steps[key] for key in self.dirty_steps]
-        for (saga_id, _), row in zip(self.dirty_steps, steps, strict=True):
-            row.saga_id = self.sagas[saga_id].pk
-        fresh = [row for row in steps if row.pk is None]
-        now = timezone.now()
-        with round_trip():
-            table(Step, _STEP_COLUMNS).update(row for row in steps if row.pk is not None)
-            step_keys = table(Step, ["saga_id", "step_id", *_STEP_COLUMNS]).insert(
-                fresh, returning=["id", "saga_id", "step_id"]
-            )
-            logged = table(Event, _EVENT_COLUMNS).insert(
-                (
-                    SimpleNamespace(
-                        **event_fields(saga, info, client_id, digest),
-                        saga_id=saga.pk,
-                        recorded_at=now,
-                    )
-                    for saga, info, client_id, digest in self.events
-                ),
-                returning=["id", "client_event_id"],
-            )
-        by_key = {(row.saga_id, row.step_id): row for row in fresh}
+            if not new:
+                step_keys, logged = self._send_steps_and_events()
+        if new:
+            for row in saga_keys.fetch():
+                self.sagas[row.saga_id].pk = row.id
+            with round_trip():
+                step_keys, logged = self._send_steps_and_events()
+        fresh = {(row.saga_id, row.step_id): row for row in self.steps.values() if row.pk is None}
         for key in step_keys.fetch():
-            by_key[(key.saga_id, key.step_id)].pk = key.id
+            fresh[(key.saga_id, key.step_id)].pk = key.id
         attempts = []
         for key, snapshot in self.dirty_steps.items():
             row = self.steps[key]
             attempts += new_attempts(row.pk, snapshot, self.attempts.get(row.pk, set()))
         table(CompensationAttempt, _ATTEMPT_COLUMNS).insert(attempts)
         return {row.client_event_id: row.id for row in logged.fetch()}
+
+    def _send_steps_and_events(self) -> tuple[Rows, Rows]:
+        """Send the step and event writes (every saga has its key by now)."""
+        steps = [self.steps[key] for key in self.dirty_steps]
+        for (saga_id, _), row in zip(self.dirty_steps, steps, strict=True):
+            row.saga_id = self.sagas[saga_id].pk
+        table(Step, _STEP_COLUMNS).update(row for row in steps if row.pk is not None)
+        step_keys = table(Step, ["saga_id", "step_id", *_STEP_COLUMNS]).insert(
+            (row for row in steps if row.pk is None), returning=["id", "saga_id", "step_id"]
+        )
+        now = timezone.now()
+        logged = table(Event, _EVENT_COLUMNS).insert(
+            (
+                SimpleNamespace(
+                    **event_fields(saga, info, client_id, digest), saga_id=saga.pk, recorded_at=now
+                )
+                for saga, info, client_id, digest in self.events
+            ),
+            returning=["id", "client_event_id"],
+        )
+        return step_keys, logged
 
 
 def events_ingest(
