@@ -1,35 +1,74 @@
-"""Ingestion throughput: ``python -m benchmarks.ingest [--sagas N] [--db sqlite,postgres]``.
+"""Ingestion throughput: ``python -m benchmarks.ingest [--runs N] [--quick] [--db sqlite]``.
 
-Starts a real sagaboard (uvicorn, 127.0.0.1, a throw-away database) per database
-and measures, in the same run:
+Starts real sagaboard servers (uvicorn, 127.0.0.1, a throw-away database) per
+database, and measures with one and with two web processes on that database
+(client threads split between them), in every run:
 
-* floor: a minimal Django view doing one INSERT per request (``benchmarks/urls.py``);
 * single events: ``POST /api/v1/events`` with one transition per request;
 * batch: the same endpoint, 100 events per request;
-* SDK: sagas of 5 steps run locally with ``SagaboardStore``, until every event is stored.
+* SDK: sagas of 5 steps run locally, mirrored by ``SagaboardStore`` (one store
+  per web process), until every event is acknowledged.
 
-Prints events/s and p50/p99 latency per request, each as a ratio to the floor.
-Every loop is bounded by count and by ``--max-seconds``.
+The floor of each figure is ``/bench/floor`` (``benchmarks/urls.py``) on the same
+servers in the same run: the plainest Django view that stores an event, one
+INSERT in one transaction per request, behind the same ASGI server, middleware
+and database settings. It is what any "store this event" endpoint costs before
+doing anything of its own, so the ratio is the share of Django's own request
+cost that sagaboard keeps; batch and SDK figures are compared per event with
+it (how much batching buys). Events/s count client-side acknowledged events.
+
+Each figure's note gives the CPU spent per event by the client process and by
+the web processes, so a reader can tell which side limits the figure (on a
+2-CPU machine the client and the servers share the CPUs).
+Every loop is bounded by count and by time.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
+import sys
 import tempfile
+import threading
 import time
+import uuid
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from benchmarks import report
 from benchmarks.live import Server, prepare, temp_database
 from undo_core import MemoryStore, Saga, SagaChange, define_tool
 from undo_core.remote import SagaboardStore, change_to_event
 
 STEPS = 5
+PER_BATCH = 100
+THREADS = 4
 TOOLS = [define_tool(f"tool_{n}", lambda i: {"ok": i}, lambda o, i: None) for n in range(STEPS)]
+AIM_SINGLE = report.Aim("single-event ingestion >= 60% of the floor", "ratio", ">=", 0.6)
+AIM_BATCH = {
+    "sqlite": report.Aim("batch >= 5,000 events/s on SQLite", "value", ">=", 5000),
+    "postgres": report.Aim("batch >= 10,000 events/s on PostgreSQL", "value", ">=", 10_000),
+}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much one measurement may do: a count bound and a time bound."""
+
+    single_events: int
+    batch_events: int
+    sdk_sagas: int
+    seconds: float
+
+
+FULL = Sizes(single_events=3000, batch_events=40_000, sdk_sagas=2000, seconds=5.0)
+QUICK = Sizes(single_events=400, batch_events=5000, sdk_sagas=100, seconds=0.8)
 
 
 class _Recorder(MemoryStore):
@@ -42,8 +81,10 @@ class _Recorder(MemoryStore):
         self.events.append(change_to_event(change))
 
 
-def run_sagas(store: Any, count: int) -> None:
+def run_sagas(store: Any, count: int, deadline: float = float("inf")) -> None:
     for n in range(count):
+        if time.monotonic() > deadline:
+            return
         saga = Saga(f"bench-{n}", store=store)
         for tool in TOOLS:
             saga.execute(tool, {"n": n})
@@ -51,134 +92,247 @@ def run_sagas(store: Any, count: int) -> None:
 
 
 def make_events(count: int) -> list[dict[str, Any]]:
+    """At least ``count`` events of fresh sagas (whole sagas, in order), as the SDK sends them."""
     recorder = _Recorder()
-    run_sagas(recorder, count)
+    run_sagas(recorder, -(-count // (2 + 2 * STEPS)))
     return recorder.events
 
 
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+def saga_texts(count: int) -> list[list[str]]:
+    """At least ``count`` events as JSON text, one list per saga, each saga a fresh id.
+
+    One saga is run by the engine; the others are its copies under new ids (running
+    thousands of sagas would cost the client more time than the measurement).
+    """
+    template = make_events(1)
+    old = template[0]["saga"]["id"]
+    texts = [json.dumps(e) for e in template]
+    return [
+        [t.replace(old, new) for t in texts]
+        for new in (str(uuid.uuid4()) for _ in range(-(-count // len(texts))))
+    ]
 
 
-def lanes(events: list[dict[str, Any]], threads: int, per_request: int) -> list[list[bytes]]:
+def lanes(sagas: list[list[str]], threads: int, per_request: int) -> list[list[bytes]]:
     """Split events into one ordered lane per client thread, whole sagas to one lane.
 
     A saga's events must arrive in order, so a saga never spans two lanes.
+    ``per_request`` 0 sends each event bare (the floor's body).
     """
-    by_saga: dict[str, list[dict[str, Any]]] = {}
-    for event in events:
-        by_saga.setdefault(event["saga"]["id"], []).append(event)
-    lanes: list[list[dict[str, Any]]] = [[] for _ in range(threads)]
-    for n, saga_events in enumerate(by_saga.values()):
-        lanes[n % threads].extend(saga_events)
+    split: list[list[str]] = [[] for _ in range(threads)]
+    for n, events in enumerate(sagas):
+        split[n % threads].extend(events)
+    if per_request == 0:
+        return [[e.encode() for e in lane] for lane in split]
     return [
-        [json.dumps({"events": lane[i : i + per_request]}).encode()
+        [('{"events": [' + ", ".join(lane[i : i + per_request]) + "]}").encode()
          for i in range(0, len(lane), per_request)]
-        for lane in lanes
+        for lane in split
     ]  # fmt: skip
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Sample:
+    """One measurement: events acknowledged per second, and where the CPU went."""
+
+    rate: float
+    client_us: float  # client-process CPU per event
+    server_us: float  # web-process CPU per event, all web processes together
+
+
+@contextmanager
+def _cpu_meter(servers: list[Server]) -> Iterator[Callable[[int, float], Sample]]:
+    pids = [s.proc.pid for s in servers if s.proc is not None]
+    client0, server0 = time.process_time(), sum(_cpu_seconds(p) for p in pids)
+
+    def done(events: int, elapsed: float) -> Sample:
+        client = time.process_time() - client0
+        server = sum(_cpu_seconds(p) for p in pids) - server0
+        n = max(events, 1)
+        return Sample(events / elapsed, client / n * 1e6, server / n * 1e6)
+
+    yield done
+
+
 def timed_posts(
-    url: str, token: str, bodies: list[list[bytes]], max_seconds: float
-) -> tuple[float, list[float], int]:
-    """POST each lane's bodies in order, a thread per lane: (elapsed, latencies, requests)."""
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    deadline = time.monotonic() + max_seconds
-    latencies: list[float] = []
-    threads = len(bodies)
-    clients = [httpx.Client(headers=headers, timeout=30) for _ in range(threads)]
+    urls: list[str], token: str, bodies: list[list[bytes]], per: int, seconds: float,
+    servers: list[Server],
+) -> Sample:  # fmt: skip
+    """POST each lane's bodies in order, a thread per lane, lane k to ``urls[k % len]``."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    deadline = time.monotonic() + seconds
+    sent = [0] * len(bodies)
+    clients = [httpx.Client(headers=headers, timeout=30, trust_env=False) for _ in bodies]
 
     def worker(k: int) -> None:
-        client = clients[k]
-        for body in bodies[k]:
-            if time.monotonic() > deadline:
+        url = urls[k % len(urls)]
+        for n, body in enumerate(bodies[k]):
+            if n and time.monotonic() > deadline:  # every lane sends at least one body
                 return
-            started = time.perf_counter()
-            response = client.post(url, content=body)
-            latencies.append(time.perf_counter() - started)
+            response = clients[k].post(url, content=body)
             if response.status_code != 200:
                 raise RuntimeError(f"{url}: {response.status_code} {response.text[:300]}")
+            sent[k] += 1
 
-    started = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(worker, range(threads)))
-    elapsed = time.perf_counter() - started
-    for client in clients:
-        client.close()
-    return elapsed, latencies, len(latencies)
+    try:
+        with _cpu_meter(servers) as meter:
+            started = time.perf_counter()
+            with ThreadPoolExecutor(len(bodies)) as pool:
+                list(pool.map(worker, range(len(bodies))))
+            elapsed = time.perf_counter() - started
+            if per == PER_BATCH:  # the last body of a lane may be short
+                done = sum(_events_in(bodies[k][:n]) for k, n in enumerate(sent))
+            else:
+                done = sum(sent)
+            return meter(done, elapsed)
+    finally:
+        for client in clients:
+            client.close()
 
 
-def measure(kind: str, sagas: int, threads: int, max_seconds: float) -> list[tuple[Any, ...]]:
-    rows: list[tuple[Any, ...]] = []
-    with tempfile.TemporaryDirectory() as tmp, temp_database(kind, Path(tmp)) as db_url:
+def _events_in(bodies: list[bytes]) -> int:
+    return sum(len(json.loads(b)["events"]) for b in bodies)
+
+
+def sdk_run(servers: list[Server], token: str, sagas: int, seconds: float) -> Sample:
+    """Sagas run locally, one thread and one store per web process, until all is acknowledged."""
+    stores = [SagaboardStore(s.url, token, batch_size=500, flush_interval=0.005) for s in servers]
+    deadline = time.monotonic() + seconds
+
+    def agent(k: int) -> None:
+        run_sagas(stores[k], sagas // len(stores), deadline)
+        stores[k].flush(timeout=max(0.1, deadline + seconds - time.monotonic()))
+
+    with _cpu_meter(servers) as meter:
+        started = time.perf_counter()
+        threads = [threading.Thread(target=agent, args=(k,)) for k in range(len(stores))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - started
+        sent = sum(store.stats()["sent"] for store in stores)
+        sample = meter(sent, elapsed)
+    for store in stores:
+        pending = store.stats()
+        store.close(timeout=10)
+        if pending.get("queued"):
+            print(f"  SDK: not everything was delivered in time: {pending}")
+    return sample
+
+
+@dataclass
+class Series:
+    """The samples of one (database, web processes) pair, by figure."""
+
+    floor: list[Sample] = field(default_factory=list)
+    single: list[Sample] = field(default_factory=list)
+    batch: list[Sample] = field(default_factory=list)
+    sdk: list[Sample] = field(default_factory=list)
+
+
+def measure_run(servers: list[Server], token: str, sizes: Sizes, series: Series) -> None:
+    """One run: the floor and every figure, back to back on the same servers."""
+    api = [f"{s.url}/api/v1/events" for s in servers]
+    floor = [f"{s.url}/bench/floor" for s in servers]
+    singles = saga_texts(sizes.single_events)
+    series.floor.append(
+        timed_posts(floor, "", lanes(singles, THREADS, 0), 1, sizes.seconds, servers)
+    )
+    series.single.append(
+        timed_posts(api, token, lanes(singles, THREADS, 1), 1, sizes.seconds, servers)
+    )
+    batches = lanes(saga_texts(sizes.batch_events), THREADS, PER_BATCH)
+    series.batch.append(timed_posts(api, token, batches, PER_BATCH, sizes.seconds, servers))
+    series.sdk.append(sdk_run(servers, token, sizes.sdk_sagas, sizes.seconds))
+
+
+def _warm_up(servers: list[Server], token: str) -> None:
+    """First requests import and connect; keep that out of every figure."""
+    for server in servers:
+        with httpx.Client(timeout=30, trust_env=False) as http:
+            http.post(f"{server.url}/bench/floor", content=b"{}").raise_for_status()
+            for _ in range(3):
+                http.post(f"{server.url}/bench/floor", content=b"{}").raise_for_status()
+            auth = {"Authorization": f"Bearer {token}"}
+            body = {"events": make_events(1)}
+            http.post(f"{server.url}/api/v1/events", json=body, headers=auth).raise_for_status()
+
+
+def measure_database(kind: str, runs: int, sizes: Sizes) -> dict[int, Series]:
+    """Both web-process counts on one database: web 1 alone, then webs 1 and 2 together."""
+    result = {1: Series(), 2: Series()}
+    with ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        db_url = stack.enter_context(temp_database(kind, Path(tmp)))
+        began = time.monotonic()
         token = prepare(db_url)
-        with Server(db_url, settings="benchmarks.settings") as server:
-            events = make_events(sagas)
-            floor_lanes = [
-                [json.dumps(e).encode() for e in events[k::threads]] for k in range(threads)
-            ]
-            api = f"{server.url}/api/v1/events"
+        servers = [
+            stack.enter_context(Server(db_url, settings="benchmarks.settings")) for _ in range(2)
+        ]
+        _warm_up(servers, token)
+        print(f"  {kind}: ready in {time.monotonic() - began:.1f} s", file=sys.stderr)
+        for _ in range(runs):
+            for webs in (1, 2):
+                measure_run(servers[:webs], token, sizes, result[webs])
+        print(f"  {kind}: measured in {time.monotonic() - began:.1f} s", file=sys.stderr)
+    return result
 
-            def report(label: str, result: tuple[float, list[float], int], per: int) -> float:
-                elapsed, lat, done = result
-                rate = done * per / elapsed
-                rows.append((kind, label, rate, pct(lat, 0.5) * 1e3, pct(lat, 0.99) * 1e3))
-                return rate
 
-            floor_url = f"{server.url}/bench/floor"
-            httpx.post(floor_url, content=b"{}", timeout=30).raise_for_status()  # creates its table
-            floor = report(
-                "floor: 1 INSERT per request",
-                timed_posts(floor_url, token, floor_lanes, max_seconds),
-                1,
+def _note(samples: list[Sample]) -> str:
+    client = sorted(s.client_us for s in samples)[len(samples) // 2]
+    server = sorted(s.server_us for s in samples)[len(samples) // 2]
+    return f"CPU per event: client {client:,.0f} us, web processes {server:,.0f} us"
+
+
+def figures(kind: str, series: dict[int, Series]) -> list[report.Figure]:
+    name = {"sqlite": "SQLite", "postgres": "PostgreSQL"}[kind]
+    out = []
+    for webs, s in series.items():
+        floor = [x.rate for x in s.floor]
+        where = f"{name}, {webs} web process{'es' if webs > 1 else ''}"
+        for figure, label, samples, aim in (
+            ("single", "single-event POSTs", s.single, AIM_SINGLE),
+            ("batch", f"batches of {PER_BATCH} events", s.batch, AIM_BATCH[kind]),
+            ("sdk", "SDK end to end (SagaboardStore)", s.sdk, None),
+        ):
+            out.append(
+                report.Figure(
+                    key=f"ingest.{kind}.{figure}.{webs}web",
+                    group="Ingestion",
+                    label=f"{label}, {where}",
+                    unit="events/s",
+                    samples=[x.rate for x in samples],
+                    better="higher",
+                    floor_label="/bench/floor: one INSERT per request, same servers",
+                    floor_samples=floor,
+                    aim=aim,
+                    note=f"{_note(samples)}; floor {_note(s.floor)}",
+                )
             )
-            singles = lanes(events, threads, 1)
-            report("single event per request", timed_posts(api, token, singles, max_seconds), 1)
-            # Fresh sagas for the batch run: the singles already stored theirs.
-            batches = lanes(make_events(sagas), threads, 100)
-            report("batch of 100 events", timed_posts(api, token, batches, max_seconds), 100)
-
-            sdk_rate, sdk_events = sdk_run(server.url, token, sagas, max_seconds)
-            rows.append((kind, f"SDK end to end ({sdk_events} events)", sdk_rate, None, None))
-            rows.append((kind, "__floor__", floor, None, None))
-    return rows
-
-
-def sdk_run(url: str, token: str, sagas: int, max_seconds: float) -> tuple[float, int]:
-    store = SagaboardStore(url, token, batch_size=500, flush_interval=0.005)
-    started = time.perf_counter()
-    run_sagas(store, sagas)
-    delivered = store.flush(timeout=max_seconds)
-    elapsed = time.perf_counter() - started
-    stats = store.stats()
-    store.close(timeout=10)
-    if not delivered:
-        print(f"  SDK: not everything was delivered within {max_seconds:g} s: {stats}")
-    return stats["sent"] / elapsed, stats["sent"]
-
-
-def _ms(value: float | None) -> str:
-    return " " * 8 if value is None else f"{value:8.1f}"
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--sagas", type=int, default=10_000, help="sagas per run (5 steps each)")
+    parser = report.cli((__doc__ or "").splitlines()[0])
     parser.add_argument("--db", default="sqlite,postgres", help="sqlite, postgres or both")
-    parser.add_argument("--threads", type=int, default=4, help="concurrent HTTP clients")
-    parser.add_argument("--max-seconds", type=float, default=120, help="bound per measurement")
+    parser.set_defaults(runs=3)
     args = parser.parse_args(argv)
-    print(f"ingestion benchmark: {args.sagas} sagas x {STEPS} steps, {args.threads} clients")
-    print(f"{'db':<9} {'figure':<34} {'events/s':>10} {'p50 ms':>8} {'p99 ms':>8}  vs floor")
+    sizes = QUICK if args.quick else FULL
+    out: list[report.Figure] = []
     for kind in [k.strip() for k in args.db.split(",") if k.strip()]:
-        rows = measure(kind, args.sagas, args.threads, args.max_seconds)
-        floor = next(r[2] for r in rows if r[1] == "__floor__")
-        for db, label, rate, p50, p99 in rows:
-            if label == "__floor__":
-                continue
-            ratio = rate / floor
-            print(f"{db:<9} {label:<34} {rate:>10,.0f} {_ms(p50)} {_ms(p99)}  {ratio:.2f}x")
+        out += figures(kind, measure_database(kind, args.runs, sizes))
+    report.emit(out, args.json)
+    for f in out:
+        print(f"  {f.key}: {f.note}")
 
 
 if __name__ == "__main__":

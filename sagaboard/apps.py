@@ -10,9 +10,11 @@ class SagaboardConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
         from django.contrib.auth.signals import user_logged_in, user_login_failed
+        from django.db.backends.signals import connection_created
 
         from sagaboard.login_guard import login_failed, login_succeeded
         from sagaboard.rate_limits import parse_rate
+        from sagaboard.sqlite_wal import keep_wal_open
 
         # A mistyped rate fails at start-up, not on the first failed login.
         for name in RATE_SETTINGS:
@@ -22,6 +24,7 @@ class SagaboardConfig(AppConfig):
                 raise ImproperlyConfigured(f"{name}: {err}") from err
         user_login_failed.connect(login_failed, dispatch_uid="sagaboard.login_failed")
         user_logged_in.connect(login_succeeded, dispatch_uid="sagaboard.login_succeeded")
+        connection_created.connect(keep_wal_open, dispatch_uid="sagaboard.sqlite_wal")
 
 
 RATE_SETTINGS = (

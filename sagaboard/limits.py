@@ -29,6 +29,8 @@ from ninja.parser import Parser
 from pydantic import AfterValidator, ValidationInfo
 from pydantic_core import PydanticCustomError
 
+from sagaboard.json_body import parse_json
+
 
 def max_json_depth() -> int:
     return int(settings.SAGABOARD_MAX_JSON_DEPTH)
@@ -46,20 +48,27 @@ class NotJson(ValueError):
     """The body parses only as Python's JSON superset (NaN, Infinity), or nests too deep."""
 
 
-def _no_constants(name: str) -> Any:
-    raise NotJson(f"{name} is not a JSON value")
-
-
 class JsonParser(Parser):
-    """Strict JSON bodies: no NaN/Infinity (they cannot be stored or sent back as JSON)."""
+    """Strict JSON bodies: no NaN/Infinity (they cannot be stored or sent back as JSON).
+
+    The parsed body stays on the request: ingestion hashes each event as it was sent.
+    """
 
     def parse_body(self, request: HttpRequest) -> Any:
         try:
-            return json.loads(request.body, parse_constant=_no_constants)
+            data = parse_json(request.body)
         except RecursionError as err:
-            raise NotJson(
-                f"the body nests deeper than {max_json_depth()} levels (SAGABOARD_MAX_JSON_DEPTH)"
-            ) from err
+            raise NotJson(_too_deep()) from err
+        except ValueError as err:
+            if "recursion limit" in str(err):  # orjson's own nesting limit
+                raise NotJson(_too_deep()) from err
+            raise
+        request.parsed_body = data  # type: ignore[attr-defined]
+        return data
+
+
+def _too_deep() -> str:
+    return f"the body nests deeper than {max_json_depth()} levels (SAGABOARD_MAX_JSON_DEPTH)"
 
 
 def _depth_over(value: Any, limit: int) -> bool:

@@ -22,7 +22,8 @@ def post_with_retries(project: Project, events: list[Any], outcomes: list[Any]) 
     try:
         for _ in range(20):
             try:
-                outcomes.append([r.status for r in events_ingest(project=project, events=batch)])
+                results = events_ingest(project=project, events=batch, sent=events)
+                outcomes.append([r.status for r in results])
                 return
             except IngestError as err:
                 assert err.status == 503 and err.code == "busy", (err.status, err.code)
