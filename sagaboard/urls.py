@@ -29,7 +29,11 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Pages without an icon link (the admin's) make browsers ask for this: no 404 in their console.
-    path("favicon.ico", RedirectView.as_view(url=static("sagaboard/favicon.svg"))),
+    path(
+        "favicon.ico",
+        RedirectView.as_view(url=static("sagaboard/favicon.svg")),
+        name="favicon",
+    ),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
 ]

@@ -247,6 +247,7 @@ PAGES: list[Row] = [
     Row("Pages", "logout", "POST", "/logout/", everyone(LOGIN)),
     Row("Pages", "logout", "GET", "/logout/", everyone("405")),
     Row("Pages", "healthz", "GET", "/healthz", everyone("200")),
+    Row("Pages", "favicon", "GET", "/favicon.ico", everyone("302 → /static/sagaboard/favicon.svg")),
     Row("Pages", "metrics", "GET", "/metrics", everyone("200"),
         action="no SAGABOARD_METRICS_TOKEN"),
     Row("Pages", "metrics", "GET", "/metrics", everyone("401"),
