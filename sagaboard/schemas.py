@@ -15,7 +15,6 @@ from pydantic_core import PydanticCustomError
 from sagaboard.limits import JsonObject, JsonValue, LongText
 from undo_core import EventKind, SagaStatus, StepState
 
-NAME = Field(min_length=1, max_length=200)
 ID = Field(min_length=1, max_length=100)
 
 _RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)")
@@ -43,6 +42,20 @@ def _no_nul(value: str | None) -> str | None:
     return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
 
 
+def _not_blank(value: str) -> str:
+    # undo_core refuses a saga or tool name that is only whitespace (str.strip); so do we,
+    # before the engine is reached, and the schema says so (pattern: a non-space).
+    if not value.strip():
+        raise PydanticCustomError("blank", "must not be blank")
+    return value
+
+
+Name = Annotated[
+    str,
+    Field(min_length=1, max_length=200, json_schema_extra={"pattern": r"\S"}),
+    AfterValidator(_not_blank),
+]
+"""A saga's or a tool's name: 1..200 characters, not all whitespace."""
 EventId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nul)]
 """The client's idempotency key for one event or call."""
 Text = Annotated[str, AfterValidator(_no_nul)]
@@ -70,7 +83,7 @@ class AttemptIn(StrictSchema):
 
 class SagaIn(StrictSchema):
     id: str = ID
-    name: str = NAME
+    name: Name
     status: SagaStatus
     created_at: Timestamp
     updated_at: Timestamp
@@ -86,7 +99,7 @@ class SagaIn(StrictSchema):
 class StepIn(StrictSchema):
     id: str = ID
     position: int = Field(ge=0)
-    tool_name: str = NAME
+    tool_name: Name
     state: StepState
     input: JsonValue = None
     output: JsonValue = None
@@ -153,7 +166,7 @@ class UndoIn(StrictSchema):
 class SagaBeginIn(StrictSchema):
     event_id: EventId
     id: str | None = Field(default=None, min_length=1, max_length=100)
-    name: str = NAME
+    name: Name
     on_compensation_failure: Literal["continue", "halt"] = "halt"
     actor: str | None = Field(default=None, max_length=200)
 
@@ -162,7 +175,7 @@ class SagaBeginIn(StrictSchema):
 
 class StepAddIn(StrictSchema):
     event_id: EventId
-    tool_name: str = NAME
+    tool_name: Name
     input: JsonValue = None
     undo: UndoIn = Field(default_factory=UndoIn)
     requires_approval: bool = False

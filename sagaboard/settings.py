@@ -88,6 +88,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "sagaboard.api_errors.api_errors_as_json",  # API errors Django makes (404, 405, 500) as JSON
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files, in every process
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

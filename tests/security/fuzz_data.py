@@ -117,6 +117,15 @@ def seed(url: str, token: str) -> Seed:
     return out
 
 
+def table_digests(cursor: Any) -> dict[str, str]:
+    """A digest of every row of each table in ``TABLES``, through any DB-API cursor."""
+    digests = {}
+    for table in TABLES:
+        cursor.execute(f"SELECT * FROM {table} ORDER BY id")
+        digests[table] = hashlib.sha256(repr(cursor.fetchall()).encode()).hexdigest()
+    return digests
+
+
 class DatabaseState:
     """A digest per table of everything a request could change, read straight from the
     server's database (SQLite file or PostgreSQL), so a test can say "nothing changed"."""
@@ -139,12 +148,8 @@ class DatabaseState:
             conn.close()
 
     def snapshot(self) -> dict[str, str]:
-        digests = {}
         with self._cursor() as cursor:
-            for table in TABLES:
-                cursor.execute(f"SELECT * FROM {table} ORDER BY id")
-                digests[table] = hashlib.sha256(repr(cursor.fetchall()).encode()).hexdigest()
-        return digests
+            return table_digests(cursor)
 
     @staticmethod
     def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
