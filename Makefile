@@ -10,7 +10,7 @@ HOST_PORT := 127.0.0.1:8000
 # Second test run; override to point at another server.
 SAGABOARD_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/sagaboard
 
-.PHONY: help venv install run lint test test-sqlite test-postgres bench bench-ingest bench-live vendor fmt
+.PHONY: help venv install run lint test test-sqlite test-postgres bench bench-ingest bench-live fuzz vendor fmt
 
 help:
 	@echo "make run            install deps, migrate, serve on http://$(HOST_PORT)/"
@@ -22,6 +22,7 @@ help:
 	@echo "make bench          python -m benchmarks.engine"
 	@echo "make bench-ingest   python -m benchmarks.ingest (a live server on SQLite and PostgreSQL)"
 	@echo "make bench-live     python -m benchmarks.live_latency (websocket latency, 50 and 200 clients)"
+	@echo "make fuzz           the API fuzzer for 10 min (FUZZ_SECONDS=600) on SQLite, then PostgreSQL"
 	@echo "make vendor         re-vendor htmx + htmx-ext-ws from npm into static/vendor/"
 	@echo "make venv|install   create .venv (Python >= 3.12, see .ci/find-python) / install deps"
 
@@ -85,6 +86,16 @@ bench-ingest: install
 
 bench-live: install
 	$(VPY) -m benchmarks.live_latency
+
+# The API fuzzer at length (`make test` runs it with 6 examples per operation): new examples
+# round after round for FUZZ_SECONDS on each database.
+FUZZ_EXAMPLES ?= 100
+FUZZ_SECONDS ?= 600
+fuzz: install
+	env -u DATABASE_URL SAGABOARD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) SAGABOARD_FUZZ_SECONDS=$(FUZZ_SECONDS) \
+		$(VPY) -m pytest tests/security/test_api_fuzz.py -k every
+	DATABASE_URL='$(SAGABOARD_TEST_DATABASE_URL)' SAGABOARD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+		SAGABOARD_FUZZ_SECONDS=$(FUZZ_SECONDS) $(VPY) -m pytest tests/security/test_api_fuzz.py -k every
 
 # Re-vendor htmx and its ws extension from the npm registry (versions in the script).
 vendor:
