@@ -128,24 +128,35 @@ def table_digests(cursor: Any) -> dict[str, str]:
 
 class DatabaseState:
     """A digest per table of everything a request could change, read straight from the
-    server's database (SQLite file or PostgreSQL), so a test can say "nothing changed"."""
+    server's database (SQLite file or PostgreSQL), so a test can say "nothing changed".
+
+    One connection, kept open (a connection per snapshot cost more than the request):
+    outside a transaction each statement reads what is committed at that moment."""
 
     def __init__(self, database_url: str) -> None:
         self.url = database_url
+        self._conn: Any = None
 
     @contextmanager
     def _cursor(self) -> Iterator[Any]:
-        if self.url.startswith("sqlite:"):
-            path = self.url.removeprefix("sqlite:///")
-            conn: Any = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        else:
-            import psycopg
+        if self._conn is None:
+            if self.url.startswith("sqlite:"):
+                path = self.url.removeprefix("sqlite:///")
+                self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            else:
+                import psycopg
 
-            conn = psycopg.connect(self.url, autocommit=True)
+                self._conn = psycopg.connect(self.url, autocommit=True)
+        cursor = self._conn.cursor()
         try:
-            yield conn.cursor()
+            yield cursor
         finally:
-            conn.close()
+            cursor.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def snapshot(self) -> dict[str, str]:
         with self._cursor() as cursor:

@@ -109,17 +109,20 @@ def test_every_operation_answers_as_documented_and_refusals_change_nothing(
 def test_the_state_check_sees_a_change(live: dict[str, Any]) -> None:
     """The check the fuzzer relies on notices a row that changed (it could not fail otherwise)."""
     db = DatabaseState(live["database_url"])
-    before = db.snapshot()
-    assert set(before) == set(TABLES) and db.changed(before, db.snapshot()) == []
-    response = httpx.post(
-        f"{live['url']}/api/v1/sagas",
-        json={"event_id": "state-check", "name": "state-check"},
-        headers={"Authorization": f"Bearer {live['token']}"},
-    )
-    assert response.status_code == 201
-    assert {"sagaboard_saga", "sagaboard_event", "sagaboard_apirequest"} <= set(
-        db.changed(before, db.snapshot())
-    )
+    try:
+        before = db.snapshot()
+        assert set(before) == set(TABLES) and db.changed(before, db.snapshot()) == []
+        response = httpx.post(
+            f"{live['url']}/api/v1/sagas",
+            json={"event_id": "state-check", "name": "state-check"},
+            headers={"Authorization": f"Bearer {live['token']}"},
+        )
+        assert response.status_code == 201
+        assert {"sagaboard_saga", "sagaboard_event", "sagaboard_apirequest"} <= set(
+            db.changed(before, db.snapshot())
+        )
+    finally:
+        db.close()
 
 
 def test_the_schema_documents_every_error_the_api_answers(live: dict[str, Any]) -> None:
@@ -134,3 +137,23 @@ def test_the_schema_documents_every_error_the_api_answers(live: dict[str, Any]) 
             for status in documented - {"200", "201", "202"}:
                 ref = op["responses"][status]["content"]["application/json"]["schema"]["$ref"]
                 assert ref.endswith("/ErrorOut"), (method, path, status, ref)
+
+
+def test_every_link_names_an_operation_and_its_parameters(live: dict[str, Any]) -> None:
+    """The links the stateful phase walks (sagaboard.api_links) point at real operations."""
+    doc = httpx.get(f"{live['url']}/api/v1/openapi.json").json()
+    operations = {
+        op["operationId"]: {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
+        for ops in doc["paths"].values()
+        for op in ops.values()
+    }
+    links = [
+        link
+        for ops in doc["paths"].values()
+        for op in ops.values()
+        for answer in op["responses"].values()
+        for link in answer.get("links", {}).values()
+    ]
+    assert len(links) >= 15
+    for link in links:
+        assert set(link["parameters"]) == operations[link["operationId"]], link
