@@ -1,10 +1,11 @@
 """Property-based fuzzing of API v1 from its own OpenAPI schema, against a live server.
 
 schemathesis reads ``/api/v1/openapi.json`` from a real server (uvicorn, DEBUG off, its own
-database, seeded through the API by ``fuzz_data.seed``) and runs all four of its phases:
-the schema's examples, coverage (boundary values and every way to break each field),
-fuzzing (schema-valid and schema-breaking input), and stateful (chains along the OpenAPI
-links: begin a saga, add its steps, complete, fail, ask for approval...). For every answer:
+database, seeded through the API by ``fuzz_data.seed``) and runs its phases on every
+operation: coverage (boundary values and every way to break each field), fuzzing
+(schema-valid and schema-breaking input), and stateful (chains along the OpenAPI links:
+begin a saga, add its steps, complete, fail, ask for approval...); examples, if the schema
+had any. For every answer:
 
 - no 5xx (``not_a_server_error``);
 - status, content type, headers and body as the schema documents them, error bodies
