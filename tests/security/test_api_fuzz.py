@@ -158,3 +158,19 @@ def test_every_link_names_an_operation_and_its_parameters(live: dict[str, Any]) 
     assert len(links) >= 15
     for link in links:
         assert set(link["parameters"]) == operations[link["operationId"]], link
+
+
+def test_an_oversized_upload_gets_a_json_413_from_the_live_server(live: dict[str, Any]) -> None:
+    """Through uvicorn: declared (Content-Length) or chunked, the body limit answers first."""
+    headers = {"Authorization": f"Bearer {live['token']}", "Content-Type": "application/json"}
+    url = f"{live['url']}/api/v1/events"
+    body = b'{"events": ["' + b"x" * (1024 * 1024) + b'"]}'  # just over the default 1 MiB
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(body), 64 * 1024):
+            yield body[start : start + 64 * 1024]
+
+    for content in (body, chunks()):
+        response = httpx.post(url, content=content, headers=headers, timeout=30)
+        assert response.status_code == 413, response.text
+        assert response.json()["error"]["code"] == "payload_too_large"
