@@ -10,7 +10,7 @@ HOST_PORT := 127.0.0.1:8000
 # Second test run; override to point at another server.
 SAGABOARD_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/sagaboard
 
-.PHONY: help venv install run lint test test-sqlite test-postgres bench bench-check vendor fmt
+.PHONY: help venv install run lint test test-sqlite test-postgres bench bench-check fuzz vendor fmt
 
 help:
 	@echo "make run            install deps, migrate, serve on http://$(HOST_PORT)/"
@@ -21,6 +21,7 @@ help:
 	@echo "make fmt            ruff format + ruff check --fix"
 	@echo "make bench          every benchmark, full size, writes docs/benchmarks.md (ONLY=engine,pages,...)"
 	@echo "make bench-check    the small version; fails on a large ratio regression (CI runs it)"
+	@echo "make fuzz           the API fuzzer for 10 min (FUZZ_SECONDS=600) on SQLite, then PostgreSQL"
 	@echo "make vendor         re-vendor htmx + htmx-ext-ws from npm into static/vendor/"
 	@echo "make venv|install   create .venv (Python >= 3.12, see .ci/find-python) / install deps"
 
@@ -83,6 +84,16 @@ bench: install
 # CI's regression check: small sizes, ratios compared with benchmarks/baseline.json.
 bench-check: install
 	$(VPY) -m benchmarks --quick --runs 3 --check benchmarks/baseline.json --out var/bench-quick.md
+
+# The API fuzzer at length (`make test` runs it with 6 examples per operation): new examples
+# round after round for FUZZ_SECONDS on each database.
+FUZZ_EXAMPLES ?= 100
+FUZZ_SECONDS ?= 600
+fuzz: install
+	env -u DATABASE_URL SAGABOARD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) SAGABOARD_FUZZ_SECONDS=$(FUZZ_SECONDS) \
+		$(VPY) -m pytest tests/security/test_api_fuzz.py -k every
+	DATABASE_URL='$(SAGABOARD_TEST_DATABASE_URL)' SAGABOARD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+		SAGABOARD_FUZZ_SECONDS=$(FUZZ_SECONDS) $(VPY) -m pytest tests/security/test_api_fuzz.py -k every
 
 # Re-vendor htmx and its ws extension from the npm registry (versions in the script).
 vendor:

@@ -22,7 +22,7 @@ from ninja.security import HttpBearer
 
 from sagaboard import api_links, sagas, selectors
 from sagaboard.ingest import IngestError, events_ingest
-from sagaboard.limits import JsonParser, NotJson
+from sagaboard.limits import InputRefused, JsonParser, NotJson
 from sagaboard.models import ApiToken, Saga, Step
 from sagaboard.rate_limits import (
     RateLimited,
@@ -129,6 +129,11 @@ def _ingest_error(request: HttpRequest, exc: IngestError) -> HttpResponse:
     if exc.status == 503:
         response["Retry-After"] = "1"
     return response
+
+
+@api.exception_handler(InputRefused)
+def _input_refused(request: HttpRequest, exc: InputRefused) -> HttpResponse:
+    return _error(request, 422, "validation_error", exc.message, field=exc.field, index=exc.index)
 
 
 @api.exception_handler(ValidationError)

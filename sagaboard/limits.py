@@ -12,7 +12,7 @@ and the limit, before anything is stored:
   tracebacks, notes) at most ``SAGABOARD_MAX_VALUE_SIZE`` characters: 422;
 - steps in one saga: ``SAGABOARD_MAX_STEPS``, 422 ``limit_exceeded``;
 - events in one batch: ``SAGABOARD_API_MAX_BATCH``, 422;
-- names and ids: fixed by their columns (``schemas.NAME``, ``schemas.ID``), 422.
+- names and ids: fixed by their columns (``schemas.Name``, ``schemas.ID``), 422.
 
 JSON that is not JSON (``NaN``, ``Infinity``) or that nests past what Python's parser can
 take is refused by ``JsonParser`` (400 / 422), not stored and then failed on the way out.
@@ -71,20 +71,14 @@ def _too_deep() -> str:
     return f"the body nests deeper than {max_json_depth()} levels (SAGABOARD_MAX_JSON_DEPTH)"
 
 
-def _depth_over(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests deeper than ``limit`` levels (a scalar is level 0)."""
-    level = [(value, 0)]
-    while level:
-        item, depth = level.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth >= limit:
+def _depth_over(value: dict[str, Any] | list[Any], limit: int) -> bool:
+    """Whether ``value`` (a container: level 1) nests deeper than ``limit`` levels."""
+    # Plain recursion, at most `limit` deep: the common case, a flat object of scalars,
+    # costs one loop of type checks (this runs for every value of every event).
+    for child in value.values() if type(value) is dict else value:
+        nests = type(child) is dict or type(child) is list
+        if nests and (limit <= 1 or _depth_over(child, limit - 1)):
             return True
-        level.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
     return False
 
 
@@ -94,44 +88,51 @@ def _body_size(info: ValidationInfo) -> int | None:
     return len(request.body) if isinstance(request, HttpRequest) else None
 
 
+def value_problem(value: Any, *, depth: int, size: int, measure: bool) -> str | None:
+    """What is wrong with a JSON value the server would store, or None.
+
+    ``measure``: whether to measure its size. A value is never (much) larger than the body
+    it came in, so a body within the size limit spares it (the default limit is the body's).
+    """
+    if type(value) is str:
+        return text_problem(value, size)
+    if type(value) is not dict and type(value) is not list:
+        return None
+    if depth < 1 or _depth_over(value, depth):
+        return f"nested deeper than {depth} levels (SAGABOARD_MAX_JSON_DEPTH)"
+    if measure and len(json.dumps(value, ensure_ascii=False, separators=(",", ":"))) > size:
+        return too_large(size)
+    return None
+
+
+def text_problem(value: str, size: int) -> str | None:
+    return too_large(size) if len(value) > size else None
+
+
+def too_large(size: int) -> str:
+    return f"larger than {size} characters (SAGABOARD_MAX_VALUE_SIZE)"
+
+
 def _check_json(value: Any, info: ValidationInfo) -> Any:
-    if not isinstance(value, dict | list):
-        if isinstance(value, str):
-            _check_text(value)
-        return value
-    depth = max_json_depth()
-    if _depth_over(value, depth):
-        raise PydanticCustomError(
-            "too_deep",
-            "nested deeper than {limit} levels (SAGABOARD_MAX_JSON_DEPTH)",
-            {"limit": depth},
-        )
-    # A value is never larger than the body it came in: a small body skips the measuring.
     size, body = max_value_size(), _body_size(info)
-    if body is None or body > size:
-        written = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
-        if written > size:
-            raise _too_large(size)
-    return value
-
-
-def _check_text(value: str | None) -> str | None:
-    if value is not None:
-        size = max_value_size()
-        if len(value) > size:
-            raise _too_large(size)
-    return value
-
-
-def _too_large(size: int) -> PydanticCustomError:
-    return PydanticCustomError(
-        "too_large", "larger than {limit} characters (SAGABOARD_MAX_VALUE_SIZE)", {"limit": size}
+    problem = value_problem(
+        value, depth=max_json_depth(), size=size, measure=body is None or body > size
     )
+    if problem is not None:
+        raise PydanticCustomError("limit", problem)
+    return value
+
+
+class InputRefused(Exception):
+    """A value refused in a pass over a whole batch, where pydantic could not name the field
+    (its errors carry the location of the validator): the API answers 422 with both."""
+
+    def __init__(self, message: str, field: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.message, self.field, self.index = message, field, index
 
 
 JsonValue = Annotated[Any, AfterValidator(_check_json)]
 """A JSON value the server stores: depth and size within the limits."""
 JsonObject = Annotated[dict[str, Any], AfterValidator(_check_json)]
 """A JSON object the server stores: depth and size within the limits."""
-LongText = Annotated[str, AfterValidator(_check_text)]
-"""Free text the server stores (an error, a traceback, a note): size within the limit."""

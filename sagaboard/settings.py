@@ -116,6 +116,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "sagaboard.api_errors.api_errors_as_json",  # API errors Django makes (404, 405, 500) as JSON
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files, in every process
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -191,7 +192,9 @@ SAGABOARD_API_MAX_BODY = int(os.environ.get("SAGABOARD_API_MAX_BODY", 1024 * 102
 SAGABOARD_API_MAX_BATCH = int(os.environ.get("SAGABOARD_API_MAX_BATCH", 1000))
 DATA_UPLOAD_MAX_MEMORY_SIZE = SAGABOARD_API_MAX_BODY
 SAGABOARD_MAX_JSON_DEPTH = int(os.environ.get("SAGABOARD_MAX_JSON_DEPTH", 32))
-SAGABOARD_MAX_VALUE_SIZE = int(os.environ.get("SAGABOARD_MAX_VALUE_SIZE", 256 * 1024))
+# Stored values (an input, an output, an error...) in characters; by default as large as a
+# body can be, so checking it costs nothing until it is set lower.
+SAGABOARD_MAX_VALUE_SIZE = int(os.environ.get("SAGABOARD_MAX_VALUE_SIZE", SAGABOARD_API_MAX_BODY))
 SAGABOARD_MAX_STEPS = int(os.environ.get("SAGABOARD_MAX_STEPS", 1000))
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -117,34 +117,50 @@ def seed(url: str, token: str) -> Seed:
     return out
 
 
+def table_digests(cursor: Any) -> dict[str, str]:
+    """A digest of every row of each table in ``TABLES``, through any DB-API cursor."""
+    digests = {}
+    for table in TABLES:
+        cursor.execute(f"SELECT * FROM {table} ORDER BY id")
+        digests[table] = hashlib.sha256(repr(cursor.fetchall()).encode()).hexdigest()
+    return digests
+
+
 class DatabaseState:
     """A digest per table of everything a request could change, read straight from the
-    server's database (SQLite file or PostgreSQL), so a test can say "nothing changed"."""
+    server's database (SQLite file or PostgreSQL), so a test can say "nothing changed".
+
+    One connection, kept open (a connection per snapshot cost more than the request):
+    outside a transaction each statement reads what is committed at that moment."""
 
     def __init__(self, database_url: str) -> None:
         self.url = database_url
+        self._conn: Any = None
 
     @contextmanager
     def _cursor(self) -> Iterator[Any]:
-        if self.url.startswith("sqlite:"):
-            path = self.url.removeprefix("sqlite:///")
-            conn: Any = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        else:
-            import psycopg
+        if self._conn is None:
+            if self.url.startswith("sqlite:"):
+                path = self.url.removeprefix("sqlite:///")
+                self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            else:
+                import psycopg
 
-            conn = psycopg.connect(self.url, autocommit=True)
+                self._conn = psycopg.connect(self.url, autocommit=True)
+        cursor = self._conn.cursor()
         try:
-            yield conn.cursor()
+            yield cursor
         finally:
-            conn.close()
+            cursor.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def snapshot(self) -> dict[str, str]:
-        digests = {}
         with self._cursor() as cursor:
-            for table in TABLES:
-                cursor.execute(f"SELECT * FROM {table} ORDER BY id")
-                digests[table] = hashlib.sha256(repr(cursor.fetchall()).encode()).hexdigest()
-        return digests
+            return table_digests(cursor)
 
     @staticmethod
     def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:

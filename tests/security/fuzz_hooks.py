@@ -69,9 +69,13 @@ def refusals_change_nothing(ctx: Any, response: Any, case: Any) -> bool | None:
 
 @schemathesis.hook
 def flatmap_path_parameters(ctx: Any, params: Any) -> Any:
-    # Half the time a row that exists: otherwise nearly every call is a plain 404.
+    # Half the time a row that exists: otherwise nearly every call is a plain 404. Only
+    # where the generated values have the schema's types: a schema-breaking value stays.
     options = _known.get(frozenset(params), []) if isinstance(params, dict) else []
-    if not options:
+    well_typed = options and all(
+        type(params[name]) is type(value) for name, value in options[0].items()
+    )
+    if not well_typed:
         return st.just(params)
     return st.one_of(st.just(params), st.sampled_from(options).map(lambda p: {**params, **p}))
 
