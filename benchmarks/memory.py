@@ -14,6 +14,9 @@ server-side undos, a failed step, ``rollback``), whose undos the worker runs. On
 the worker has rolled back every one of those, the figure is each process's peak
 resident memory (``VmHWM`` in ``/proc/<pid>/status``), in MiB.
 
+Each run is a fresh stack (2 runs by default, 3 with ``--quick``); posting stops at
+``--max-seconds`` (200 s, quick 60 s) and the figures' note says how many sagas got in.
+
 The floor is the same process's resident memory right after start-up, idle
 (``VmRSS`` once it answers, or once the worker logged ``ready``): the ratio is
 how much a process grew under the load, whatever the machine's baseline.
