@@ -20,6 +20,7 @@ Screenshots go to test-artifacts/.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +69,9 @@ STEP_OUTPUT = {"out-script": SCRIPT, "out-img": IMG, "out-svg": SVG}
 INPUT_TEXT = tuple(f"'{k}': '{v}'" for k, v in STEP_INPUT.items())
 OUTPUT_TEXT = tuple(f"'{k}': '{v}'" for k, v in STEP_OUTPUT.items())
 HANDLER = hostile("handler")
-COMMAND = "echo " + hostile("command")
+# Quoted as a shell would need it (an unsplittable command is refused with 422); the
+# approver sees the text as sent, payload included.
+COMMAND = "echo " + shlex.quote(hostile("command"))
 ROLLBACK_REASON, API_ACTOR = hostile("rollback-reason"), hostile("api-actor", SVG)
 REJECT_REASON, APPROVE_REASON = hostile("reject-reason"), hostile("approve-reason")
 RESOLVE_REASON = hostile("resolve-reason")
