@@ -79,7 +79,7 @@ test-postgres: install
 
 # The published figures: every module against a live local system, several runs each.
 bench: install
-	$(VPY) -m benchmarks --out docs/benchmarks.md $(if $(ONLY),--only $(ONLY))
+	$(VPY) -m benchmarks --out docs/benchmarks.md --results benchmarks/results.json $(if $(ONLY),--only $(ONLY))
 
 # CI's regression check: small sizes, ratios compared with benchmarks/baseline.json.
 bench-check: install

@@ -47,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
         "--only", default=",".join(MODULES), help=f"comma-separated subset of {MODULES}"
     )
     parser.add_argument("--out", type=Path, help="write the markdown report here")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="keep each module's figures in this JSON file; a run with --only replaces its "
+        "modules' figures there and reports the others' as they were",
+    )
     parser.add_argument("--check", type=Path, help="fail on a large regression against this file")
     parser.add_argument("--save-baseline", type=Path, help="write the ratios here as a baseline")
     parser.add_argument(
@@ -59,7 +65,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--only: unknown modules {unknown}; choose from {MODULES}")
 
     started = time.monotonic()
-    figures, failed = run_modules(modules, args.quick, args.runs)
+    by_module, failed = run_modules(modules, args.quick, args.runs)
+    if args.results:
+        kept = json.loads(args.results.read_text()) if args.results.exists() else {}
+        kept.update({m: [f.to_dict() for f in figs] for m, figs in by_module.items()})
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text(json.dumps(kept, indent=1))
+        by_module = {m: [Figure.from_dict(d) for d in kept[m]] for m in MODULES if m in kept}
+    figures = [f for m in MODULES for f in by_module.get(m, [])]
     print(f"\nbenchmarks: {len(figures)} figures in {time.monotonic() - started:.0f} s")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -78,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_modules(
     modules: list[str], quick: bool, runs: int | None
-) -> tuple[list[Figure], list[str]]:
+) -> tuple[dict[str, list[Figure]], list[str]]:
     """Each module in its own process: each sets Django up its own way, and a crash stays local."""
-    figures: list[Figure] = []
+    figures: dict[str, list[Figure]] = {}
     failed: list[str] = []
     limit = 300 if quick else 1200
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,7 +113,7 @@ def run_modules(
             if code != 0 or not out.exists():
                 failed.append(module)
                 continue
-            figures += load(out)
+            figures[module] = load(out)
     return figures, failed
 
 
@@ -262,7 +275,7 @@ def _row(f: Figure) -> str:
     q = f" ({f.queries} queries)" if f.queries is not None else ""
     floor = f"{f.floor_label}: {fmt(f.floor)} {f.unit}" if f.floor is not None else "-"
     ratios = f.ratios()
-    ratio = "-" if f.ratio is None else f"{f.ratio:.2f} ({spread(ratios)})"
+    ratio = "-" if f.ratio is None else f"{fmt(f.ratio)} ({spread(ratios)})"
     aim = f.aim.text if f.aim else ""
     return (
         f"| {f.label}{q} | {fmt(f.median)} {f.unit} | {spread(f.samples)} | {floor} | {ratio} "
