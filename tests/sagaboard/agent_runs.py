@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from undo_core import MemoryStore, SagaChange, SagaRollbackError, define_tool
+from undo_core import Decision, MemoryStore, SagaChange, SagaRollbackError, define_tool
 from undo_core import Saga as LocalSaga
 from undo_core.remote import change_to_event
 
@@ -37,4 +37,50 @@ def storebot_events(saga_id: str = "storebot-1") -> list[dict[str, Any]]:
     saga.execute(ref, {"chargeId": "ch_123"})
     with pytest.raises(SagaRollbackError):
         saga.execute(define_tool("generate_label", fedex), {"orderId": "o-1"})
+    return store.sent
+
+
+class Paused:
+    """The agent's gate when nobody decides: its rollback waits at an approval, or halts on
+    the failed undo, leaving the saga for a person on sagaboard."""
+
+    def approve_compensation(self, request: Any) -> Decision:
+        return Decision.wait()
+
+    def compensation_failed(self, request: Any) -> Decision:
+        return Decision.leave()
+
+
+def paused_storebot_events(
+    saga_id: str, *, refund_approval: bool, return_undo_fails: bool
+) -> list[dict[str, Any]]:
+    """StoreBot in the agent, as the SDK mirrors it: return_item, refund_payment, then
+    generate_label fails; the rollback stops for a person (approval or failed undo)."""
+    store = Recorder()
+    saga = LocalSaga(
+        "storebot-return",
+        store=store,
+        saga_id=saga_id,
+        gate=Paused(),
+        on_compensation_failure="halt",
+    )
+
+    def undo_return(output: Any, input: Any) -> None:
+        if return_undo_fails:
+            raise TimeoutError("upstream timed out")
+
+    def fedex(i: Any) -> None:
+        raise ConnectionError("FedEx API returned 500")
+
+    ret = define_tool("return_item", lambda i: {"rma": "RMA-882"}, undo_return)
+    ref = define_tool(
+        "refund_payment",
+        lambda i: {"refund": "re_1"},
+        lambda o: None,
+        requires_approval=refund_approval,
+    )
+    saga.execute(ret, {"order": "A-17"})
+    saga.execute(ref, {"amount": 120, "currency": "EUR"})
+    with pytest.raises(SagaRollbackError):
+        saga.execute(define_tool("generate_label", fedex), {})
     return store.sent

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from agent_runs import Recorder
+from agent_runs import paused_storebot_events as storebot_run
 from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from django.test import Client
@@ -20,52 +20,8 @@ from sagaboard.models import Approval, ApprovalPolicy, AuditEntry, Project, Step
 from sagaboard.roles import roles_sync
 from sagaboard.tokens import token_create
 from sagaboard.undo_kinds import plan_for, plan_hash
-from undo_core import Decision, SagaRollbackError, define_tool
-from undo_core import Saga as LocalSaga
 
 pytestmark = pytest.mark.django_db
-
-
-class Paused:
-    """The agent's gate in these runs: nobody decides, so the rollback pauses or halts."""
-
-    def approve_compensation(self, request: Any) -> Decision:
-        return Decision.wait()
-
-    def compensation_failed(self, request: Any) -> Decision:
-        return Decision.leave()
-
-
-def storebot_run(saga_id: str, *, refund_approval: bool, return_undo_fails: bool) -> list[Any]:
-    """StoreBot in the agent, as the SDK mirrors it: return_item, refund_payment, label fails."""
-    store = Recorder()
-    saga = LocalSaga(
-        "storebot-return",
-        store=store,
-        saga_id=saga_id,
-        gate=Paused(),
-        on_compensation_failure="halt",
-    )
-
-    def undo_return(output: Any, input: Any) -> None:
-        if return_undo_fails:
-            raise TimeoutError("upstream timed out")
-
-    def fedex(i: Any) -> None:
-        raise ConnectionError("FedEx API returned 500")
-
-    ret = define_tool("return_item", lambda i: {"rma": "RMA-882"}, undo_return)
-    ref = define_tool(
-        "refund_payment",
-        lambda i: {"refund": "re_1"},
-        lambda o: None,
-        requires_approval=refund_approval,
-    )
-    saga.execute(ret, {"order": "A-17"})
-    saga.execute(ref, {"amount": 120, "currency": "EUR"})
-    with pytest.raises(SagaRollbackError):
-        saga.execute(define_tool("generate_label", fedex), {})
-    return store.sent
 
 
 @pytest.fixture

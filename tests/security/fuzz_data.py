@@ -15,11 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import pytest
-from agent_runs import Recorder
-
-from undo_core import Decision, SagaRollbackError, define_tool
-from undo_core import Saga as LocalSaga
+from agent_runs import paused_storebot_events
 
 # Tables a request may change. Not the token table (it only records use) nor heartbeats.
 TABLES = (
@@ -27,46 +23,6 @@ TABLES = (
     "sagaboard_approval", "sagaboard_approvalvote", "sagaboard_auditentry",
     "sagaboard_apirequest", "sagaboard_notification",
 )  # fmt: skip
-
-
-class _Paused:
-    """Nobody decides: a rollback stops at the approval, or halts on the failed undo."""
-
-    def approve_compensation(self, request: Any) -> Decision:
-        return Decision.wait()
-
-    def compensation_failed(self, request: Any) -> Decision:
-        return Decision.leave()
-
-
-def mirrored_run(saga_id: str, *, refund_approval: bool, return_undo_fails: bool) -> list[Any]:
-    """StoreBot in the agent: return_item, refund_payment, generate_label fails; as sent."""
-    store = Recorder()
-    saga = LocalSaga(
-        "storebot-return",
-        store=store,
-        saga_id=saga_id,
-        gate=_Paused(),
-        on_compensation_failure="halt",
-    )
-
-    def undo_return(output: Any, input: Any) -> None:
-        if return_undo_fails:
-            raise TimeoutError("upstream timed out")
-
-    def fedex(i: Any) -> None:
-        raise ConnectionError("FedEx API returned 500")
-
-    ret = define_tool("return_item", lambda i: {"rma": "RMA-882"}, undo_return)
-    ref = define_tool(
-        "refund_payment", lambda i: {"refund": "re_1"}, lambda o: None,
-        requires_approval=refund_approval,
-    )  # fmt: skip
-    saga.execute(ret, {"order": "A-17"})
-    saga.execute(ref, {"amount": 120, "currency": "EUR"})
-    with pytest.raises(SagaRollbackError):
-        saga.execute(define_tool("generate_label", fedex), {})
-    return store.sent
 
 
 @dataclass
@@ -95,7 +51,7 @@ def seed(url: str, token: str) -> Seed:
             ("mirror-failed", False, True),  # ROLLBACK_FAILED: return_item's undo failed
             ("mirror-done", False, False),  # ROLLED_BACK
         ]:
-            post("/events", {"events": mirrored_run(saga_id, refund_approval=approval,
+            post("/events", {"events": paused_storebot_events(saga_id, refund_approval=approval,
                                                     return_undo_fails=fails)}, 200)  # fmt: skip
             out.saga_ids.append(saga_id)
             out.steps += [(saga_id, f"step-{n}") for n in (1, 2, 3)]

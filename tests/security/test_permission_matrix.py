@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_runs import Recorder
+from agent_runs import Recorder, paused_storebot_events
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
@@ -57,8 +57,8 @@ from sagaboard.realtime import stop_all
 from sagaboard.roles import roles_sync
 from sagaboard.routing import websocket_urlpatterns
 from sagaboard.tokens import token_create, token_revoke
-from undo_core import Decision, SagaRollbackError, define_tool
 from undo_core import Saga as LocalSaga
+from undo_core import define_tool
 
 pytestmark = pytest.mark.django_db
 
@@ -76,38 +76,6 @@ class World:
     sessions: dict[str, str]
     """Session key of each logged-in persona (logged in once, for the whole module)."""
     bearers: dict[str, str]
-
-
-class _Paused:
-    """The agent's gate: nobody decides, so its rollback waits or halts."""
-
-    def approve_compensation(self, request: Any) -> Decision:
-        return Decision.wait()
-
-    def compensation_failed(self, request: Any) -> Decision:
-        return Decision.leave()
-
-
-def _agent_run(saga_id: str, *, undo_fails: bool) -> list[Any]:
-    """A saga run in the agent, as its SDK mirrors it; it ends waiting for a person."""
-    store = Recorder()
-    saga = LocalSaga("agent-return", store=store, saga_id=saga_id, gate=_Paused(),
-                     on_compensation_failure="halt")  # fmt: skip
-
-    def undo_return(output: Any, input: Any) -> None:
-        if undo_fails:
-            raise TimeoutError("upstream timed out")
-
-    def fedex(i: Any) -> None:
-        raise ConnectionError("FedEx API returned 500")
-
-    saga.execute(define_tool("return_item", lambda i: {"rma": 1}, undo_return), {"order": 1})
-    refund = define_tool("refund_payment", lambda i: {"refund": "re_1"}, lambda o: None,
-                         requires_approval=not undo_fails)  # fmt: skip
-    saga.execute(refund, {"amount": 120})
-    with pytest.raises(SagaRollbackError):
-        saga.execute(define_tool("generate_label", fedex), {})
-    return store.sent
 
 
 def _completed_run(saga_id: str) -> list[Any]:
@@ -157,9 +125,18 @@ def _build() -> World:
     auth = {"Authorization": f"Bearer {token.secret}"}
     done = _completed_run("agent-more")
     for saga_id, events in (
-        ("agent-awaiting", _agent_run("agent-awaiting", undo_fails=False)),
-        ("agent-asked", _agent_run("agent-asked", undo_fails=False)),
-        ("agent-halted", _agent_run("agent-halted", undo_fails=True)),
+        (
+            "agent-awaiting",
+            paused_storebot_events("agent-awaiting", refund_approval=True, return_undo_fails=False),
+        ),
+        (
+            "agent-asked",
+            paused_storebot_events("agent-asked", refund_approval=True, return_undo_fails=False),
+        ),
+        (
+            "agent-halted",
+            paused_storebot_events("agent-halted", refund_approval=False, return_undo_fails=True),
+        ),
         ("agent-more", done[:-1]),
     ):
         sent = agent.post("/api/v1/events", {"events": events}, "application/json", headers=auth)
