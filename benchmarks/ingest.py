@@ -42,9 +42,9 @@ from typing import Any
 import httpx
 
 from benchmarks import report
-from benchmarks.live import Server, prepare, temp_database
-from undo_core import MemoryStore, Saga, SagaChange, define_tool
-from undo_core.remote import SagaboardStore, change_to_event
+from benchmarks.live import EventRecorder, Server, prepare, temp_database
+from undo_core import Saga, define_tool
+from undo_core.remote import SagaboardStore
 
 STEPS = 5
 PER_BATCH = 100
@@ -71,16 +71,6 @@ FULL = Sizes(single_events=3000, batch_events=40_000, sdk_sagas=2000, seconds=5.
 QUICK = Sizes(single_events=400, batch_events=5000, sdk_sagas=100, seconds=0.8)
 
 
-class _Recorder(MemoryStore):
-    def __init__(self) -> None:
-        super().__init__(keep_events=False)
-        self.events: list[dict[str, Any]] = []
-
-    def apply(self, change: SagaChange) -> None:
-        super().apply(change)
-        self.events.append(change_to_event(change))
-
-
 def run_sagas(store: Any, count: int, deadline: float = float("inf")) -> None:
     for n in range(count):
         if time.monotonic() > deadline:
@@ -93,7 +83,7 @@ def run_sagas(store: Any, count: int, deadline: float = float("inf")) -> None:
 
 def make_events(count: int) -> list[dict[str, Any]]:
     """At least ``count`` events of fresh sagas (whole sagas, in order), as the SDK sends them."""
-    recorder = _Recorder()
+    recorder = EventRecorder()
     run_sagas(recorder, -(-count // (2 + 2 * STEPS)))
     return recorder.events
 

@@ -16,10 +16,27 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from undo_core import MemoryStore, SagaChange
+from undo_core.remote import change_to_event
+
 ROOT = Path(__file__).resolve().parents[1]
+
+
+class EventRecorder(MemoryStore):
+    """Keeps each change of the sagas run against it as the SDK would send it, for a
+    benchmark to post in whatever batches it measures."""
+
+    def __init__(self) -> None:
+        super().__init__(keep_events=False)
+        self.events: list[dict[str, Any]] = []
+
+    def apply(self, change: SagaChange) -> None:
+        super().apply(change)
+        self.events.append(change_to_event(change))
 
 
 def free_port() -> int:

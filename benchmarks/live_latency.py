@@ -62,9 +62,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Origin
 
 from benchmarks import report
-from benchmarks.live import ROOT, Server, manage, session_cookie, temp_database
-from undo_core import MemoryStore, Saga, SagaChange, define_tool
-from undo_core.remote import change_to_event
+from benchmarks.live import ROOT, EventRecorder, Server, manage, session_cookie, temp_database
+from undo_core import Saga, define_tool
 
 REDIS_SERVER = os.environ.get("SAGABOARD_BENCH_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
 GROUP = "Live updates"
@@ -293,24 +292,14 @@ async def loop_lag(samples: list[float], stop: asyncio.Event) -> None:
 # -- the writers --------------------------------------------------------------------------
 
 
-class _Recorder(MemoryStore):
-    def __init__(self) -> None:
-        super().__init__(keep_events=False)
-        self.sent: list[dict[str, Any]] = []
-
-    def apply(self, change: SagaChange) -> None:
-        super().apply(change)
-        self.sent.append(change_to_event(change))
-
-
 _TOOL = define_tool("reserve_stock", lambda i: {"ok": True}, lambda o, i: None)
 
 
 def saga_started(saga_id: str) -> dict[str, Any]:
     """The SDK's first event for a new saga (kind "saga", from_state null)."""
-    recorder = _Recorder()
+    recorder = EventRecorder()
     Saga("live-latency", store=recorder, saga_id=saga_id).execute(_TOOL, {})
-    return recorder.sent[0]
+    return recorder.events[0]
 
 
 @dataclass

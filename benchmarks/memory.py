@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
-from benchmarks.live import Server, Worker, prepare, temp_database
+from benchmarks.live import EventRecorder, Server, Worker, prepare, temp_database
 from benchmarks.live_latency import redis_scratch
-from undo_core import MemoryStore, Saga, SagaChange, define_tool
-from undo_core.remote import SagaboardClient, change_to_event
+from undo_core import Saga, define_tool
+from undo_core.remote import SagaboardClient
 
 SERVER_EVERY = 250  # one saga in this many is run by sagaboard (its undos by the worker)
 BATCH_SAGAS = 250  # mirrored sagas per POST (4 events each: 1,000, the API's default maximum)
@@ -152,22 +152,10 @@ def one_run(db: str, sagas: int, bound: float) -> dict[str, float]:
         return result
 
 
-class _Recorder(MemoryStore):
-    """Keeps the API events of the sagas run against it, for posting in batches."""
-
-    def __init__(self) -> None:
-        super().__init__(keep_events=False)
-        self.events: list[dict[str, Any]] = []
-
-    def apply(self, change: SagaChange) -> None:
-        super().apply(change)
-        self.events.append(change_to_event(change))
-
-
 def mirrored_batches(first: int, end: int) -> Iterator[list[dict[str, Any]]]:
     """The events of mirrored sagas ``first``..``end``, a batch of whole sagas at a time."""
     for start in range(first, end, BATCH_SAGAS):
-        recorder = _Recorder()
+        recorder = EventRecorder()
         for n in range(start, min(end, start + BATCH_SAGAS)):
             saga = Saga(f"mirrored {n}", store=recorder, saga_id=f"m-{n:07d}")
             saga.execute(TOOL, {"sku": n})
