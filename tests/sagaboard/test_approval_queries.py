@@ -163,3 +163,22 @@ def test_an_approved_undo_starts_after_few_queries_and_one_commit(
     # Was 22 statements and 3 commits: the saga read twice, the step four times, the
     # policies twice, the lease a commit of its own, a locked read of the decision.
     assert statements <= 13 and commits == 1, t.report("to the undo")
+
+
+def test_the_approve_button_is_one_request_with_one_commit(
+    gated: tuple[Saga, Approval, Any], trips: Callable[[], Any], sent: list[int], client: Any
+) -> None:
+    """The page's htmx POST, as an approver's click sends it: session, decision, fragment."""
+    saga, approval, ann = gated
+    client.force_login(ann)
+    with trips() as t:
+        answer = client.post(
+            f"/approvals/{approval.pk}/decide/",
+            {"decision": "approve", "reason": "refund was wrong"},
+            headers={"HX-Request": "true"},
+        )
+    print(t.report("POST /approvals/<pk>/decide/"))
+    assert answer.status_code == 200 and b"approved" in answer.content
+    assert sent[-1] == saga.pk
+    # Was 18 statements (the view then read the step and the saga again for its message).
+    assert len(t.statements) <= 10 and t.commits == 1, t.report("the POST")
