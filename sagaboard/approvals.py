@@ -95,18 +95,34 @@ def _policy_snapshot(policy: ApprovalPolicy | None) -> dict[str, Any]:
     }
 
 
-def approval_open(saga: Saga, step: Step, why: str) -> Approval:
+def approval_current(step: Step) -> Approval | None:
+    """The step's latest approval that is not void (the one that stands, if any)."""
+    return step.approvals.exclude(status=Status.VOID).order_by("-pk").first()
+
+
+def approval_open(
+    saga: Saga, step: Step, why: str, *, policies: Sequence[ApprovalPolicy] | None = None
+) -> Approval:
     """The approval that governs this undo now: the current one, or a new PENDING one.
 
-    Called by every asker (worker gate, SDK over the API) as often as they like:
-    under a lock on the step, so concurrent askers get the same approval.
+    Called by every asker (worker gate, SDK over the API) as often as they like.
+    Voiding and creating happen under a lock on the step, so concurrent askers get
+    the same approval. An approval that already stands for this plan (the worker
+    coming back after the decision) is only read: a lock is a commit, and on
+    PostgreSQL a commit waits for a disk flush. Reading it unlocked is what the
+    locked path would answer too: nothing is written, and the undo checks again
+    what stands right before it runs.
+    ``policies``: the project's enabled policies, when the caller has them.
     """
     plan = plan_for(saga, step)
     digest = plan_hash(plan)
+    current = approval_current(step)
+    if current is not None and current.plan_hash == digest:
+        return current
     created = False
     with transaction.atomic():
         Step.objects.select_for_update().filter(pk=step.pk).first()
-        current = step.approvals.exclude(status=Status.VOID).order_by("-pk").first()
+        current = approval_current(step)
         if current is not None and current.plan_hash == digest:
             return current
         if current is not None and current.status in (Status.PENDING, Status.APPROVED):
@@ -117,7 +133,7 @@ def approval_open(saga: Saga, step: Step, why: str) -> Approval:
                 user=None, actor="system", action="approval.void", saga=saga, step=step,
                 reason=current.decided_reason, from_state=Status.PENDING, to_state=Status.VOID,
             )  # fmt: skip
-        policy = policy_for(saga.project, step)
+        policy = policy_for(saga.project, step, policies)
         now = timezone.now()
         approval = Approval.objects.create(
             project=saga.project,
@@ -157,7 +173,13 @@ class Outcome:
 
 
 def approval_decide(*, approval_id: int, user: Any, decision: str, reason: str) -> Outcome:
-    """One person's approve or reject, taken exactly once; ``DecisionRefused`` says why not."""
+    """One person's approve or reject, taken exactly once; ``DecisionRefused`` says why not.
+
+    One transaction, its reads folded (the approver waits on them, and the undo
+    after them): the approval, locked, with its saga, step and the saga's token in
+    one query; the votes so far in another. Votes are only added under this lock,
+    so that list is complete while it is held.
+    """
     reason = (reason or "").strip()
     if decision not in ApprovalVote.Decision.values:
         raise DecisionRefused("validation_error", "decision must be approve or reject", "decision")
@@ -165,18 +187,18 @@ def approval_decide(*, approval_id: int, user: Any, decision: str, reason: str) 
         raise DecisionRefused("validation_error", "a reason is required", "reason")
     if not user.has_perm("sagaboard.decide_approval"):
         raise DecisionRefused("forbidden", "deciding undos needs the approver role")
-    projects = selectors.projects_for_user(user)
+    projects = selectors.projects_visible(user)
     void_error: DecisionRefused | None = None
     with transaction.atomic():
         approval = (
-            Approval.objects.select_for_update()
+            Approval.objects.select_for_update(of=("self",))
+            .select_related("saga__project", "saga__posted_by_token", "step")
             .filter(pk=approval_id, project__in=projects)
             .first()
         )
         if approval is None:
             raise DecisionRefused("not_found", "no such approval in your projects")
-        saga = Saga.objects.select_related("project", "posted_by_token").get(pk=approval.saga_id)
-        step = Step.objects.get(pk=approval.step_id)
+        saga, step = approval.saga, approval.step
         if approval.status != Status.PENDING:
             raise DecisionRefused("already_decided", _already(approval))
         token = saga.posted_by_token
@@ -186,7 +208,8 @@ def approval_decide(*, approval_id: int, user: Any, decision: str, reason: str) 
                 f"you made the token ({token.prefix}) that posted this saga: "
                 "someone else must decide its undos",
             )
-        if approval.votes.filter(user=user).exists():
+        votes = list(approval.votes.values_list("user_id", "decision"))
+        if any(voter == user.pk for voter, _ in votes):
             raise DecisionRefused(
                 "already_decided",
                 "you have already approved this undo: a second, different person must approve",
@@ -202,7 +225,9 @@ def approval_decide(*, approval_id: int, user: Any, decision: str, reason: str) 
             ApprovalVote.objects.create(
                 approval=approval, user=user, decision=decision, reason=reason
             )
-            _settle(approval, decision, reason)
+            votes.append((user.pk, decision))
+            approved = sum(1 for _, d in votes if d == ApprovalVote.Decision.APPROVE)
+            _settle(approval, decision, reason, approved)
             audit_log.record(
                 user=user,
                 action=f"approval.{decision}",
@@ -211,18 +236,18 @@ def approval_decide(*, approval_id: int, user: Any, decision: str, reason: str) 
                 reason=reason,
                 from_state=Status.PENDING,
                 to_state=approval.status,
-                data={"approval": approval.pk, "votes": approval.votes.count()},
+                data={"approval": approval.pk, "votes": len(votes)},
             )
     if void_error is not None:
         raise void_error
     decided = approval.status != Status.PENDING
     if decided:
-        _after_decision(approval)
+        _after_decision(approval, saga.driver)
     return Outcome(approval, decided)
 
 
-def _settle(approval: Approval, decision: str, reason: str) -> None:
-    approvals = approval.votes.filter(decision=ApprovalVote.Decision.APPROVE).count()
+def _settle(approval: Approval, decision: str, reason: str, approvals: int) -> None:
+    """Settle the approval if this vote decides it; ``approvals``: approve votes, this one too."""
     if decision == ApprovalVote.Decision.REJECT:
         approval.status = Status.REJECTED
     elif approvals >= approval.required:
@@ -240,12 +265,11 @@ def _already(approval: Approval) -> str:
     return f"already decided: {approval.status.lower()}{by} at {when}".strip()
 
 
-def _after_decision(approval: Approval) -> None:
+def _after_decision(approval: Approval, driver: str) -> None:
     """A settled approval lets the saga's rollback go on (server-run sagas: a worker)."""
     from sagaboard import tasks  # tasks import services, not the other way round at load
 
-    saga = Saga.objects.only("driver").get(pk=approval.saga_id)
-    if saga.driver == Saga.Driver.SERVER:
+    if driver == Saga.Driver.SERVER:
         transaction.on_commit(lambda: tasks.rollback_continue.delay(approval.saga_id))
 
 
@@ -305,5 +329,5 @@ def approvals_expire(*, now: datetime | None = None) -> int:
             handled += 1
         notifications.notify_approval(approval, "approval.expired")
         if reject:
-            _after_decision(approval)
+            _after_decision(approval, saga.driver)
     return handled

@@ -7,6 +7,10 @@ come from the approval table. Every transition, attempt and decision goes
 through the engine's own state machine, so the rules are the ones the agent's
 in-process sagas follow. An undo gets the step's idempotency key: an attempt
 interrupted by a crash is run again with the same key.
+
+A task reads the saga, its steps and the policies once (``TaskRows``); only what
+guards an undo is read again right before it runs (the step at the gate, the
+approval that stands). ``tests/sagaboard/test_approval_queries.py`` pins the count.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from django.utils import timezone
 
 from sagaboard import approvals, audit_log, undo_kinds
 from sagaboard.logs import saga_context
-from sagaboard.models import Approval, Saga, Step
-from sagaboard.storage import DjangoStore
+from sagaboard.models import Approval, ApprovalPolicy, Saga, Step
+from sagaboard.worker_store import Busy, WorkerStore
 from undo_core import (
     ApprovalRequest,
     Decision,
@@ -44,12 +48,34 @@ from undo_core.recovery import local_owner_dead
 log = logging.getLogger("sagaboard.runner")
 
 
-class Busy(Exception):
-    """Another live process holds the saga; try again in ``retry_in`` seconds."""
+class TaskRows:
+    """What one task reads once: the saga's steps (with attempts) and the enabled policies.
 
-    def __init__(self, message: str, retry_in: float = 5.0) -> None:
-        super().__init__(message)
-        self.retry_in = retry_in
+    The approval round trip used to read the step four times and the policies twice
+    before an undo could start. The policies are read again after each undo (which
+    may take a while), so a policy switched on during a long rollback still applies
+    to the undos after it.
+    """
+
+    def __init__(self, saga: Saga) -> None:
+        self.saga = saga
+        self.steps = {s.step_id: s for s in saga.steps.prefetch_related("attempts")}
+        self._policies: list[ApprovalPolicy] | None = None
+
+    def policies(self) -> list[ApprovalPolicy]:
+        if self._policies is None:
+            self._policies = approvals.policies_enabled(self.saga.project)
+        return self._policies
+
+    def forget_policies(self) -> None:
+        self._policies = None
+
+    def step(self, step_id: str) -> Step:
+        row = self.steps.get(step_id)
+        return row if row is not None else Step.objects.get(saga=self.saga, step_id=step_id)
+
+    def approval_reason(self, step: Step) -> str | None:
+        return approvals.approval_reason(self.saga.project, step, self.policies())
 
 
 def _forward_not_here(*args: Any) -> Any:
@@ -59,13 +85,18 @@ def _forward_not_here(*args: Any) -> Any:
 class ServerGate:
     """undo_core's gate for sagas sagaboard runs: decisions come from people, via the DB."""
 
-    def __init__(self, saga: Saga) -> None:
+    def __init__(self, saga: Saga, rows: TaskRows | None = None) -> None:
         self.saga = saga
+        self.rows = rows or TaskRows(saga)
 
     def approve_compensation(self, request: ApprovalRequest) -> Decision:
+        # The step as it is now (not the task's copy): the approval is for what is
+        # stored; the undo then checks what it would run against what was approved.
         step = Step.objects.get(saga=self.saga, step_id=request.step.id)
-        why = approvals.approval_reason(self.saga.project, step) or request.why
-        approval = approvals.approval_open(self.saga, step, why)
+        why = self.rows.approval_reason(step) or request.why
+        approval = approvals.approval_open(self.saga, step, why, policies=self.rows.policies())
+        if approval.status == Approval.Status.PENDING:
+            return Decision.wait(reason="waiting for an approver")
         voters = ", ".join(
             audit_log.actor_of(v.user) for v in approval.votes.select_related("user")
         )
@@ -109,24 +140,24 @@ def _lease_kept(saga: Saga, owner: str) -> Iterator[None]:
         keeper.join()
 
 
-def _approved_hash(saga: Saga, step: Step) -> str | None:
+def _approved_hash(saga: Saga, step: Step, rows: TaskRows) -> str | None:
     """The plan hash a person approved for this undo; None when it needs no approval.
 
     Read again right before the undo runs (the engine does not ask the gate again
     on an operator's retry): an undo that needs approval and has none that
     stands is refused, whatever path reached it.
     """
-    if approvals.approval_reason(saga.project, step) is None:
+    if rows.approval_reason(step) is None:
         return None
-    current = step.approvals.exclude(status=Approval.Status.VOID).order_by("-pk").first()
+    current = approvals.approval_current(step)
     if current is None or current.status != Approval.Status.APPROVED:
         message = "refused: this undo needs approval and none stands for what would run"
-        _refused(saga, step, message)
+        _refused(saga, step, message, rows)
         raise undo_kinds.PlanChanged(message)
     return current.plan_hash
 
 
-def _refused(saga: Saga, step: Step, message: str) -> None:
+def _refused(saga: Saga, step: Step, message: str, rows: TaskRows) -> None:
     """Audit the refusal, and ask a person about what would run now (voiding the stale one)."""
     log.warning("%s", message)
     audit_log.record(
@@ -134,22 +165,30 @@ def _refused(saga: Saga, step: Step, message: str) -> None:
         reason=message, to_state=step.state,
     )  # fmt: skip
     fresh = Step.objects.get(pk=step.pk)
-    approvals.approval_open(saga, fresh, approvals.approval_reason(saga.project, fresh) or "")
+    why = rows.approval_reason(fresh) or ""
+    approvals.approval_open(saga, fresh, why, policies=rows.policies())
 
 
-def _tools(saga: Saga, outputs: dict[str, str], owner: str) -> dict[str, Tool]:
-    steps = {s.step_id: s for s in saga.steps.all()}
+def _tools(
+    saga: Saga, rows: TaskRows, store: WorkerStore, outputs: dict[str, str], owner: str
+) -> dict[str, Tool]:
+    steps = rows.steps
 
     def undo(output: Any, input: Any, ctx: UndoContext) -> None:
+        if not store.lease_taken:  # cannot happen: an undo starts after a write took it
+            raise LeaseError(f"refused: the undo of {ctx.step_id} would run without the lease")
         step = steps[ctx.step_id]
         with saga_context(saga.saga_id, ctx.step_id), _lease_kept(saga, owner):
             log.info("undo attempt %s starts (key %s)", ctx.attempt, ctx.idempotency_key)
-            approved = _approved_hash(saga, step)
             try:
-                outputs[ctx.step_id] = undo_kinds.run(saga, step, ctx, approved_hash=approved)
-            except undo_kinds.PlanChanged as refused:
-                _refused(saga, step, str(refused))
-                raise
+                approved = _approved_hash(saga, step, rows)
+                try:
+                    outputs[ctx.step_id] = undo_kinds.run(saga, step, ctx, approved_hash=approved)
+                except undo_kinds.PlanChanged as refused:
+                    _refused(saga, step, str(refused), rows)
+                    raise
+            finally:
+                rows.forget_policies()  # the next step's undo reads them afresh
             log.info("undo attempt %s succeeded", ctx.attempt)
 
     tools: dict[str, Tool] = {}
@@ -163,25 +202,31 @@ def _tools(saga: Saga, outputs: dict[str, str], owner: str) -> dict[str, Tool]:
 
 
 @contextmanager
-def attached(saga: Saga) -> Iterator[EngineSaga]:
-    """The saga in the engine, held under this worker's lease until the block ends."""
+def attached(saga: Saga, *, lazy_lease: bool = False) -> Iterator[EngineSaga]:
+    """The saga in the engine, held under this worker's lease until the block ends.
+
+    ``lazy_lease``: take the lease with the engine's first write instead of at once
+    (one commit fewer before an approved undo starts; see ``sagaboard.worker_store``).
+    Nothing is held until then, and a worker that lost the saga to another one in
+    between gets ``Busy`` from that write, having done nothing.
+    """
     outputs: dict[str, str] = {}
-    project = saga.project
+    rows = TaskRows(saga)
+    store = WorkerStore(saga, list(rows.steps.values()), lazy_lease=lazy_lease)
     # host:pid first, so recovery can tell at once when this worker has died.
     owner = f"{default_owner()}:worker"
 
     def needs_approval(snapshot: Any) -> bool:
-        step = Step.objects.get(saga=saga, step_id=snapshot.id)
-        return approvals.approval_reason(project, step) is not None
+        return rows.approval_reason(rows.step(snapshot.id)) is not None
 
     try:
         engine = EngineSaga.restore(
-            DjangoStore(project),
+            store,
             saga.saga_id,
-            _tools(saga, outputs, owner),
+            _tools(saga, rows, store, outputs, owner),
             owner=owner,
             lease_seconds=settings.SAGABOARD_WORKER_LEASE_SECONDS,
-            gate=ServerGate(saga),
+            gate=ServerGate(saga, rows),
             approval_policy=needs_approval,
         )
     except LeaseError as err:
@@ -207,7 +252,7 @@ def rollback_continue(saga_pk: int) -> str:
         return "run by its agent"
     if saga.status not in (SagaStatus.COMPENSATING, SagaStatus.ROLLBACK_FAILED):
         return f"nothing to do: {saga.status}"
-    with attached(saga) as engine:
+    with attached(saga, lazy_lease=True) as engine:
         engine.resume_rollback()
         return str(engine.status)
 

@@ -54,10 +54,14 @@ def projects_for_user(user: Any) -> list[Project]:
     Membership says which projects; a role (the ``viewer`` group or above) says
     whether the user may read sagas at all.
     """
+    return list(projects_visible(user).order_by("slug"))
+
+
+def projects_visible(user: Any) -> QuerySet[Project]:
+    """``projects_for_user`` not yet run: to filter by in the caller's own query."""
     if not user.is_authenticated or not user.has_perm("sagaboard.view_saga"):
-        return []
-    qs = Project.objects.all() if user.is_superuser else user.sagaboard_projects.all()
-    return list(qs.order_by("slug"))
+        return Project.objects.none()
+    return Project.objects.all() if user.is_superuser else user.sagaboard_projects.all()
 
 
 def saga_list(

@@ -79,8 +79,9 @@ class DjangoStore:
                 )
                 copy_step(row, step, driver=saga.driver)
                 row.save()
-                known = set(row.attempts.values_list("number", flat=True))
-                CompensationAttempt.objects.bulk_create(new_attempts(row.pk, step, known))
+                if step.compensation_attempts:  # most transitions carry none: no query
+                    known = set(row.attempts.values_list("number", flat=True))
+                    CompensationAttempt.objects.bulk_create(new_attempts(row.pk, step, known))
                 if event.to_state == StepState.ROLLBACK_FAILED and event.step_id == step.id:
                     from sagaboard.notifications import notify_rollback_failed
 

@@ -67,6 +67,36 @@ def test_an_approved_undo_runs_then_the_rest_of_the_rollback(shop: Project) -> N
     assert Event.objects.filter(saga=saga, kind="undo.output").count() == 2
 
 
+def test_a_worker_overtaken_before_its_first_write_is_busy_and_has_run_nothing(
+    shop: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker takes its lease with its first write (one commit fewer): one that read
+    the saga, then lost it to another worker before writing, must do nothing at all."""
+    saga = storebot_server_saga(shop)
+    runner.rollback_continue(saga.pk)
+    ann = person("ann", "approver", shop)
+    approvals.approval_decide(
+        approval_id=pending(saga).pk, user=ann, decision="approve", reason="refund was wrong"
+    )
+    gate, overtaken = runner.ServerGate.approve_compensation, []
+
+    def another_worker_first(self: runner.ServerGate, request: Any) -> Any:
+        if not overtaken:  # e.g. the sweep's task, in while this one waits on the database
+            overtaken.append("running")
+            overtaken.append(runner.rollback_continue(saga.pk))
+        return gate(self, request)
+
+    monkeypatch.setattr(runner.ServerGate, "approve_compensation", another_worker_first)
+    with pytest.raises(runner.Busy):
+        runner.rollback_continue(saga.pk)
+    assert overtaken == ["running", "ROLLED_BACK"]
+    refund = Step.objects.get(saga=saga, tool_name="refund_payment")
+    assert refund.state == "ROLLED_BACK" and refund.attempts.count() == 1
+    assert Event.objects.filter(saga=saga, kind="undo.output", step_id=refund.step_id).count() == 1
+    saga.refresh_from_db()
+    assert (saga.status, saga.lease_owner) == ("ROLLED_BACK", None)
+
+
 def test_a_rejected_undo_never_runs(shop: Project) -> None:
     saga = storebot_server_saga(shop)
     runner.rollback_continue(saga.pk)
