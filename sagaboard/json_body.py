@@ -17,9 +17,11 @@ import orjson
 _LONG_NUMBER = re.compile(rb"\d{19,}")
 
 
-def _not_json(constant: str) -> Any:
-    from sagaboard.limits import NotJson
+class NotJson(ValueError):
+    """The body parses only as Python's JSON superset (NaN, Infinity), or nests too deep."""
 
+
+def _not_json(constant: str) -> Any:
     raise NotJson(f"{constant} is not a JSON value")
 
 
@@ -27,4 +29,10 @@ def parse_json(body: bytes) -> Any:
     """The JSON value of ``body``; ``ValueError`` when it is not JSON."""
     if _LONG_NUMBER.search(body):
         return json.loads(body, parse_constant=_not_json)
-    return orjson.loads(body)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        # orjson says little about why, and refuses some JSON ``json`` takes (lone
+        # surrogate escapes): on this error path only, the standard parser decides, naming
+        # NaN/Infinity (NotJson) or nesting (RecursionError) when that is the reason.
+        return json.loads(body, parse_constant=_not_json)

@@ -29,7 +29,7 @@ from ninja.parser import Parser
 from pydantic import AfterValidator, ValidationInfo
 from pydantic_core import PydanticCustomError
 
-from sagaboard.json_body import parse_json
+from sagaboard.json_body import NotJson, parse_json
 
 
 def max_json_depth() -> int:
@@ -42,10 +42,6 @@ def max_value_size() -> int:
 
 def max_steps() -> int:
     return int(settings.SAGABOARD_MAX_STEPS)
-
-
-class NotJson(ValueError):
-    """The body parses only as Python's JSON superset (NaN, Infinity), or nests too deep."""
 
 
 class JsonParser(Parser):
