@@ -422,6 +422,7 @@ def rollback_saga(request: HttpRequest, saga_id: Text, payload: SagaActionIn) ->
     """Request a rollback (``saga_rollback``): the saga becomes COMPENSATING.
 
     Server-side undos then run in workers, newest first, each under its approval rules.
+    The answer is read after the commit, so a quick worker may already show further along.
     """
     sagas.saga_rollback_request(
         project=_token(request).project,

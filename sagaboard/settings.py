@@ -116,6 +116,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    # Outside api_errors_as_json, so the API's own JSON error pages are not frameable either.
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "sagaboard.api_errors.api_errors_as_json",  # API errors Django makes (404, 405, 500) as JSON
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files, in every process
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -124,7 +126,6 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "sagaboard.login_guard.LoginRateLimitMiddleware",  # 429 before a password is checked
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "sagaboard.urls"

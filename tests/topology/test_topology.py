@@ -300,7 +300,9 @@ class Agent:
         label = client.add_step(sid, "generate_label", {"orderId": sid})
         client.fail_step(sid, label["id"], "carrier API returned 500")
         saga = client.rollback(sid, reason="shipping failed")
-        assert saga["status"] == "COMPENSATING", saga
+        # The answer is read after the commit that queued the undos: a quick worker may
+        # already have run them.
+        assert saga["status"] in ("COMPENSATING", "ROLLED_BACK"), saga
 
     def _mirrored(self, sid: str, *, rolls_back: bool) -> None:
         """A saga run in this process, every transition mirrored to sagaboard."""
