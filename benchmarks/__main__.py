@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nbenchmarks: {len(figures)} figures in {time.monotonic() - started:.0f} s")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(markdown(figures, failed, args.quick, time.monotonic() - started))
+        args.out.write_text(markdown(figures, failed, args.quick))
         print(f"wrote {args.out}")
     if args.save_baseline:
         args.save_baseline.write_text(json.dumps(baseline_of(figures), indent=1, sort_keys=True))
@@ -224,7 +224,7 @@ def _dirty() -> bool:
     return bool(_git("status", "--porcelain", "--untracked-files=no"))
 
 
-def markdown(figures: list[Figure], failed: list[str], quick: bool, seconds: float) -> str:
+def markdown(figures: list[Figure], failed: list[str], quick: bool) -> str:
     runs = sorted({len(f.samples) for f in figures})
     lines = [
         "# Benchmarks",
@@ -236,7 +236,7 @@ def markdown(figures: list[Figure], failed: list[str], quick: bool, seconds: flo
         "Ratios hold across machines; absolute numbers are this machine's.",
         "",
         f"Mode: {'quick (CI sizes)' if quick else 'full'}; runs per figure: "
-        f"{', '.join(map(str, runs)) or '-'}; whole run {seconds / 60:.1f} min.",
+        f"{', '.join(map(str, runs)) or '-'}.",
         "",
         "| Machine | |",
         "|---|---|",
