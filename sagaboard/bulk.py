@@ -78,23 +78,13 @@ class Table:
                 arrays = ", ".join(f"%b::{f.db_type(connection)}[]" for f in self.fields)
                 head = f"INSERT INTO {self.table} ({', '.join(self.columns)})"
                 sql = f"{head} SELECT * FROM unnest({arrays}){tail}"
-                columns = [list(column) for column in zip(*rows, strict=True)]
-                if returning:
-                    result.send(sql, columns)
-                else:
-                    with connection.cursor() as cursor:
-                        cursor.execute(sql, columns)
+                result.write(sql, [list(column) for column in zip(*rows, strict=True)])
             return result
         # SQLite: a few hundred rows per statement, under its parameter and VALUES limits.
         for start in range(0, len(rows), _ROWS_PER_STATEMENT):
             chunk = rows[start : start + _ROWS_PER_STATEMENT]
             params = [value for row in chunk for value in row]
-            sql = head + ", ".join([group] * len(chunk)) + tail
-            if returning:
-                result.send(sql, params)
-            else:
-                with connection.cursor() as cursor:
-                    cursor.execute(sql, params)
+            result.write(head + ", ".join([group] * len(chunk)) + tail, params)
         return result
 
     def update(self, objs: Iterable[Any]) -> None:
@@ -222,6 +212,15 @@ class Rows:
         cursor = connection.cursor()
         cursor.execute(sql, params)
         self.cursors.append(cursor)
+
+    def write(self, sql: str, params: list[Any]) -> None:
+        """Run a write: sent like a SELECT when its rows are wanted back (``RETURNING``),
+        else executed and its cursor closed at once."""
+        if self.fields:
+            self.send(sql, params)
+        else:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
 
     def fetch(self) -> list[Any]:
         found = []

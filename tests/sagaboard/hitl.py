@@ -1,4 +1,5 @@
-"""Shared setup for the human-in-the-loop tests: people with roles, a server-run StoreBot saga."""
+"""Shared setup for the human-in-the-loop tests: people with roles, a server-run StoreBot saga,
+a one-step saga asking to roll back."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 
+from sagaboard import sagas
 from sagaboard.demo import storebot_server_saga
 from sagaboard.models import Project, Saga, Step
 from sagaboard.roles import roles_sync
 
-__all__ = ["person", "states", "storebot_server_saga"]
+__all__ = ["one_step_saga", "person", "states", "storebot_server_saga"]
 
 
 def person(name: str, role: str, *projects: Project) -> Any:
@@ -26,3 +28,24 @@ def person(name: str, role: str, *projects: Project) -> Any:
 
 def states(saga: Saga) -> dict[str, str]:
     return {s.tool_name: s.state for s in Step.objects.filter(saga=saga)}
+
+
+def one_step_saga(project: Project, undo: dict[str, Any], saga_id: str = "k-1") -> Saga:
+    """A saga whose only step completed, then a rollback was asked for."""
+    n = iter(range(100))
+
+    def eid() -> str:
+        return f"{saga_id}-{next(n)}"
+
+    sagas.saga_begin(project=project, event_id=eid(), name="ops", saga_id=saga_id)
+    step = sagas.step_add(
+        project=project, event_id=eid(), saga_id=saga_id, tool_name="create_ticket",
+        input={"title": "disk full"}, undo=undo,
+    )  # fmt: skip
+    sagas.step_complete(
+        project=project, event_id=eid(), saga_id=saga_id, step_id=step, output={"id": "T-9"}
+    )
+    sagas.saga_rollback_request(
+        project=project, event_id=eid(), saga_id=saga_id, reason="test", actor=None
+    )
+    return Saga.objects.get(project=project, saga_id=saga_id)

@@ -8,9 +8,10 @@ import json
 from typing import Any
 
 import pytest
+from hitl import one_step_saga
 from test_notifications import Receiver
 
-from sagaboard import approvals, runner, sagas
+from sagaboard import approvals, runner
 from sagaboard.models import Approval, Event, Project, Saga, Step
 from sagaboard.undo_kinds import COMMAND_ENV, plan_for, plan_hash
 
@@ -20,27 +21,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def shop() -> Project:
     return Project.objects.create(slug="shop", name="Shop")
-
-
-def one_step_saga(project: Project, undo: dict[str, Any], saga_id: str = "k-1") -> Saga:
-    """A saga whose only step completed, then a rollback was asked for."""
-    n = iter(range(100))
-
-    def eid() -> str:
-        return f"{saga_id}-{next(n)}"
-
-    sagas.saga_begin(project=project, event_id=eid(), name="ops", saga_id=saga_id)
-    step = sagas.step_add(
-        project=project, event_id=eid(), saga_id=saga_id, tool_name="create_ticket",
-        input={"title": "disk full"}, undo=undo,
-    )  # fmt: skip
-    sagas.step_complete(
-        project=project, event_id=eid(), saga_id=saga_id, step_id=step, output={"id": "T-9"}
-    )
-    sagas.saga_rollback_request(
-        project=project, event_id=eid(), saga_id=saga_id, reason="test", actor=None
-    )
-    return Saga.objects.get(project=project, saga_id=saga_id)
 
 
 def test_a_webhook_undo_posts_the_step_signed_with_its_idempotency_key(

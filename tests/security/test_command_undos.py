@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from agent_runs import storebot_events
 from django.test import Client
-from hitl import person
+from hitl import one_step_saga, person
 
 from sagaboard import approvals, runner, sagas
 from sagaboard.models import Approval, AuditEntry, Event, Project, Saga, Step
@@ -41,21 +41,7 @@ def commands_on(settings: Any, tmp_path: Path) -> Path:
 
 def command_saga(project: Project, command: str, saga_id: str = "c-1") -> Saga:
     """A saga whose one step has this command as its undo, rolling back."""
-    n = iter(range(100))
-
-    def eid() -> str:
-        return f"{saga_id}-{next(n)}"
-
-    sagas.saga_begin(project=project, event_id=eid(), name="ops", saga_id=saga_id)
-    step = sagas.step_add(
-        project=project, event_id=eid(), saga_id=saga_id, tool_name="make_backup",
-        input={}, undo={"kind": "command", "command": command},
-    )  # fmt: skip
-    sagas.step_complete(project=project, event_id=eid(), saga_id=saga_id, step_id=step, output={})
-    sagas.saga_rollback_request(
-        project=project, event_id=eid(), saga_id=saga_id, reason="test", actor=None
-    )
-    return Saga.objects.get(project=project, saga_id=saga_id)
+    return one_step_saga(project, {"kind": "command", "command": command}, saga_id)
 
 
 def approve(saga: Saga, name: str = "ann") -> None:
