@@ -98,7 +98,11 @@ class DatabaseState:
         if self._conn is None:
             if self.url.startswith("sqlite:"):
                 path = self.url.removeprefix("sqlite:///")
-                self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+                # schemathesis may call the hooks from another thread in a later phase (one
+                # at a time, --workers 1): the read-only connection may follow them.
+                self._conn = sqlite3.connect(
+                    f"file:{path}?mode=ro", uri=True, check_same_thread=False
+                )
             else:
                 import psycopg
 
