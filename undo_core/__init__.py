@@ -43,6 +43,15 @@ from .gates import (
     DecisionAction,
     FailedCompensation,
 )
+from .outcome import (
+    ExceptionKind,
+    RollbackAssessment,
+    RollbackException,
+    RollbackOutcome,
+    StepFacts,
+    WaitingFor,
+    assess_rollback,
+)
 from .policies import RetryPolicy
 from .records import (
     AttemptOutcome,
@@ -82,6 +91,7 @@ __all__ = [
     "Decision",
     "DecisionAction",
     "EventKind",
+    "ExceptionKind",
     "ExecuteContext",
     "FailedCompensation",
     "GateError",
@@ -91,6 +101,9 @@ __all__ = [
     "RecoveryResult",
     "RetryPolicy",
     "Reversibility",
+    "RollbackAssessment",
+    "RollbackException",
+    "RollbackOutcome",
     "RollbackReport",
     "RunResult",
     "SQLiteStore",
@@ -109,6 +122,7 @@ __all__ = [
     "SagaStore",
     "SerializationError",
     "Severity",
+    "StepFacts",
     "StepNotFoundError",
     "StepSnapshot",
     "StepState",
@@ -120,9 +134,11 @@ __all__ = [
     "TransitionError",
     "UndoContext",
     "UndoCoreError",
+    "WaitingFor",
     "WrappedTools",
     "__version__",
     "arecover",
+    "assess_rollback",
     "attach",
     "audit_listener",
     "define_saga",

@@ -50,6 +50,7 @@ from .records import (
     SagaSnapshot,
     StepSnapshot,
 )
+from .outcome import RollbackAssessment, StepFacts, assess_rollback
 from .reports import RollbackReport, rollback_message
 from .states import (
     SETTLED_STEP_STATES,
@@ -217,6 +218,10 @@ class SagaCore:
             in_doubt=ids(StepState.IN_DOUBT),
             unresolved=tuple(s.id for s in newest_first if self._unsettled(s)),
         )
+
+    def assess(self) -> RollbackAssessment:
+        """How the rollback stands for a person: clean, or which steps are exceptions."""
+        return assess_rollback(self.status, (StepFacts.of(s.snapshot()) for s in self._steps))
 
     def __repr__(self) -> str:
         kind = type(self).__name__
