@@ -41,6 +41,7 @@ from .gates import (
     DecisionAction,
     FailedCompensation,
 )
+from .outcome import RollbackAssessment, StepFacts, assess_rollback
 from .records import (
     AttemptOutcome,
     CompensationAttempt,
@@ -50,7 +51,6 @@ from .records import (
     SagaSnapshot,
     StepSnapshot,
 )
-from .outcome import RollbackAssessment, StepFacts, assess_rollback
 from .reports import RollbackReport, rollback_message
 from .states import (
     SETTLED_STEP_STATES,

@@ -219,8 +219,7 @@ def assess_rollback(status: SagaStatus, steps: Iterable[StepFacts]) -> RollbackA
         if any(s.state is StepState.AWAITING_APPROVAL for s in steps):
             waiting = WaitingFor.APPROVAL
         elif any(
-            s.state in (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT) and not s.left
-            for s in steps
+            s.state in (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT) and not s.left for s in steps
         ):
             waiting = WaitingFor.OPERATOR
     outcome = None

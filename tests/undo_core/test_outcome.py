@@ -78,7 +78,8 @@ def test_a_resolved_undo_makes_the_rollback_one_with_exceptions() -> None:
     saga.resume_rollback()
     found = saga.assess()
     assert saga.status is SagaStatus.ROLLED_BACK
-    assert found.outcome is RollbackOutcome.WITH_EXCEPTIONS and found.summary == "1 resolved by hand"
+    assert found.outcome is RollbackOutcome.WITH_EXCEPTIONS
+    assert found.summary == "1 resolved by hand"
     assert found.exceptions[0].note == "refunded by hand in Stripe"
 
 
@@ -125,7 +126,9 @@ def test_a_running_rollback_has_no_outcome_yet_but_says_who_it_waits_for() -> No
     assert found.waiting_for is WaitingFor.APPROVAL
 
 
-@pytest.mark.parametrize("status", [SagaStatus.IN_PROGRESS, SagaStatus.COMPLETED, SagaStatus.FAILED])
+@pytest.mark.parametrize(
+    "status", [SagaStatus.IN_PROGRESS, SagaStatus.COMPLETED, SagaStatus.FAILED]
+)
 def test_a_saga_that_is_not_rolling_back_has_no_outcome(status: SagaStatus) -> None:
     steps = [StepFacts("step-1", "send_email", StepState.COMPLETED, has_undo=False)]
     assert assess_rollback(status, steps) == assess_rollback(status, [])
