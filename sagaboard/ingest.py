@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from sagaboard import limits
+from sagaboard import limits, notifications, outcomes
 from sagaboard.bulk import InSelect, Rows, round_trip, send_select, table
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from sagaboard.schemas import TransitionIn
@@ -28,13 +28,16 @@ from sagaboard.storage import copy_saga, copy_step, event_fields, new_attempts
 from undo_core import (
     AttemptOutcome,
     EventKind,
+    RollbackAssessment,
     SagaChange,
     SagaEvent,
     SagaRecord,
     SagaStatus,
+    StepFacts,
     StepSnapshot,
     StepState,
     TransitionError,
+    assess_rollback,
 )
 from undo_core import CompensationAttempt as AttemptRecord
 from undo_core.states import check_saga_transition, check_step_transition
@@ -60,6 +63,7 @@ class IngestResult:
 _SAGA_COLUMNS = [
     "name", "status", "updated_at", "seq", "next_step_number", "options",
     "state", "failed_step", "lease_owner", "lease_expires_at",
+    "outcome", "outcome_summary", "waiting_for",
 ]  # fmt: skip
 _STEP_COLUMNS = [
     "position", "tool_name", "state", "input", "output", "error", "error_type", "traceback",
@@ -129,6 +133,9 @@ class _Batch:
         self.step_counts: dict[str, int] | None = None
         self.token_pk: int | None = None
         self.failed_undos: list[tuple[str, str]] = []
+        self.rolled_back: list[str] = []
+        """Sagas this batch ended ROLLED_BACK (announced if not clean)."""
+        self.assessments: dict[str, RollbackAssessment] = {}
         self.dirty_steps: dict[tuple[str, str], StepSnapshot] = {}
         self.events: list[tuple[SimpleNamespace, SagaEvent, str, str]] = []
 
@@ -166,6 +173,33 @@ class _Batch:
         self.events.append((saga, info, event.event_id, digest))
         if info.step_id is not None and info.to_state == StepState.ROLLBACK_FAILED:
             self.failed_undos.append((saga.saga_id, info.step_id))
+        if info.step_id is None and info.to_state == SagaStatus.ROLLED_BACK:
+            self.rolled_back.append(saga.saga_id)
+
+    def settle_outcomes(self) -> None:
+        """Each changed saga's outcome columns, from its stored steps and this batch's.
+
+        Only sagas rolling back need their steps: one query for all of them, none for
+        a batch that only records forward steps.
+        """
+        dirty = [s for s in self.sagas.values() if getattr(s, "dirty", False)]
+        rolling = {id(s) for s in dirty if s.status in outcomes.ROLLING}
+        stored = outcomes.stored_facts(
+            [s.pk for s in dirty if id(s) in rolling and s.pk is not None]
+        )
+        sent: dict[str, dict[str, StepSnapshot]] = {}
+        for (saga_id, step_id), snapshot in self.dirty_steps.items():
+            sent.setdefault(saga_id, {})[step_id] = snapshot
+        for saga in dirty:
+            steps = dict(stored.get(saga.pk, {})) if id(saga) in rolling else {}
+            if id(saga) in rolling:
+                for step_id, snapshot in sent.get(saga.saga_id, {}).items():
+                    known = steps.get(step_id)
+                    steps[step_id] = StepFacts.of(snapshot, left=bool(known and known.left))
+            found = assess_rollback(SagaStatus(saga.status), steps.values())
+            self.assessments[saga.saga_id] = found
+            for name, value in outcomes.fields(found).items():
+                setattr(saga, name, value)
 
     def write(self) -> dict[str, int]:
         """Write every changed row; the log id of each event, by its ``event_id``.
@@ -174,6 +208,7 @@ class _Batch:
         creates sagas (steps and events need their keys), and one more for compensation
         attempts (rare: they need new steps' keys).
         """
+        self.settle_outcomes()
         new = [s for s in self.sagas.values() if s.pk is None]
         for s in new:
             s.project_id, s.posted_by_token_id = self.project.pk, self.token_pk
@@ -262,6 +297,7 @@ def events_ingest(
         try:
             log_ids = batch.write()
             _announce_failed_undos(project, batch.failed_undos)
+            _announce_rolled_back(project, batch)
         except IntegrityError as err:
             # A concurrent request created the same saga or event first; nothing of this
             # one was applied, and a retry will find its events stored (duplicates).
@@ -282,6 +318,15 @@ def _announce_failed_undos(project: Project, failed: list[tuple[str, str]]) -> N
             saga__project=project, saga__saga_id=saga_id, step_id=step_id
         )
         notify_rollback_failed(step.saga, step)
+
+
+def _announce_rolled_back(project: Project, batch: _Batch) -> None:
+    """Outbox rows for sagas this batch ended ROLLED_BACK with exceptions."""
+    for saga_id in batch.rolled_back:
+        found = batch.assessments.get(saga_id)
+        if found is not None and not found.clean and batch.sagas[saga_id].status == "ROLLED_BACK":
+            saga = Saga.objects.select_related("project").get(project=project, saga_id=saga_id)
+            notifications.notify_rolled_back(saga, found)
 
 
 def _digest(event: TransitionIn, sent: Any) -> str:

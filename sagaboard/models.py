@@ -18,7 +18,14 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from undo_core import SagaStatus, StepState
+from undo_core import (
+    RollbackOutcome,
+    SagaStatus,
+    StepState,
+    WaitingFor,
+    status_text,
+    waiting_text,
+)
 
 
 class JSONTextField(models.TextField):  # type: ignore[type-arg]
@@ -98,6 +105,19 @@ class Saga(models.Model):
         "ApiToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     """The token that posted the saga: neither it nor the person who made it may approve."""
+    outcome = models.CharField(
+        max_length=20, null=True, blank=True, choices=[(o.value, o.value) for o in RollbackOutcome]
+    )
+    """How its rollback came to rest (``undo_core.assess_rollback``); NULL while none has.
+
+    Kept by every write path (``sagaboard.outcomes``), so lists can filter and count by it.
+    """
+    outcome_summary = models.CharField(max_length=200, blank=True, default="")
+    """The exceptions counted by kind, e.g. "1 rejected" ('' for none)."""
+    waiting_for = models.CharField(
+        max_length=10, null=True, blank=True, choices=[(w.value, w.value) for w in WaitingFor]
+    )
+    """Whom a rollback that cannot go on by itself waits for: an approver or an operator."""
 
     class Meta:
         constraints = [
@@ -117,10 +137,26 @@ class Saga(models.Model):
                 fields=["project", "status", "-updated_at", "-id"], name="saga_project_status"
             ),
             models.Index(fields=["status", "-updated_at"], name="saga_status_recent"),
+            models.Index(
+                fields=["project", "outcome", "-updated_at", "-id"], name="saga_project_outcome"
+            ),
+            models.Index(
+                fields=["project", "waiting_for", "-updated_at", "-id"], name="saga_project_waiting"
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.saga_id})"
+
+    @property
+    def status_label(self) -> str:
+        """The status as a person must read it: never a bare ROLLED_BACK with exceptions."""
+        return status_text(self.status, self.outcome, self.outcome_summary)
+
+    @property
+    def waiting_label(self) -> str:
+        """'waiting for a person: ...' while its rollback cannot go on without one ('' if not)."""
+        return waiting_text(self.waiting_for)
 
 
 class Step(models.Model):

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from sagaboard.models import Approval, Notification, Project, Saga, Step
 from sagaboard.undo_kinds import sign
+from undo_core import RollbackAssessment, status_text
 
 MAX_ATTEMPTS = 12
 
@@ -71,6 +72,35 @@ def notify_rollback_failed(saga: Saga, step: Step) -> None:
         "step.rollback_failed",
         text,
         {"saga_id": saga.saga_id, "step_id": step.step_id, "url": link},
+    )
+
+
+def notify_rolled_back(saga: Saga, found: RollbackAssessment) -> None:
+    """A rollback that ended ROLLED_BACK with exceptions: say which side effects remain.
+
+    A clean rollback is not announced (nothing is left for anyone); one with an undo
+    rejected, resolved by hand or without an undo must never read as a clean one.
+    """
+    if not settings.SAGABOARD_NOTIFY_URL or found.clean:
+        return
+    link = _link(saga)
+    steps = "; ".join(f"{e.tool_name} ({e.step_id}): {e.why}" for e in found.exceptions[:10])
+    label = status_text(saga.status, found.outcome, found.summary)
+    text = f"Saga {saga.name} {label}: {steps}. <{link}|Open the saga>"
+    _enqueue(
+        saga.project,
+        "saga.rolled_back_with_exceptions",
+        text,
+        {
+            "saga_id": saga.saga_id,
+            "status": saga.status,
+            "outcome": found.outcome.value if found.outcome else None,
+            "exceptions": [
+                {"step_id": e.step_id, "tool_name": e.tool_name, "kind": e.kind.value}
+                for e in found.exceptions
+            ],
+            "url": link,
+        },
     )
 
 

@@ -14,18 +14,22 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from django.db.models import Q
 
+from sagaboard import notifications, outcomes
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from undo_core import (
     AttemptOutcome,
     LeaseError,
+    RollbackAssessment,
     SagaChange,
     SagaEvent,
     SagaRecord,
     SagaSnapshot,
     SagaStatus,
+    StepFacts,
     StepSnapshot,
     StepState,
     StoreError,
+    assess_rollback,
 )
 from undo_core import CompensationAttempt as AttemptRecord
 
@@ -72,6 +76,7 @@ class DjangoStore:
             else:
                 fence(saga, record, check_lease=check_lease)
             copy_saga(saga, record)
+            found = _outcome(saga, step)
             saga.save()
             if step is not None:
                 row = Step.objects.filter(saga=saga, step_id=step.id).first() or Step(
@@ -83,9 +88,11 @@ class DjangoStore:
                     known = set(row.attempts.values_list("number", flat=True))
                     CompensationAttempt.objects.bulk_create(new_attempts(row.pk, step, known))
                 if event.to_state == StepState.ROLLBACK_FAILED and event.step_id == step.id:
-                    from sagaboard.notifications import notify_rollback_failed
-
-                    notify_rollback_failed(saga, row)  # in this transaction: an outbox row
+                    notifications.notify_rollback_failed(
+                        saga, row
+                    )  # in this transaction: an outbox row
+            if event.step_id is None and event.to_state == SagaStatus.ROLLED_BACK:
+                notifications.notify_rolled_back(saga, found)
             return Event.objects.create(**event_fields(saga, event, client_event_id, digest))
 
     # ------------------------------------------------------------ leases
@@ -130,6 +137,24 @@ class DjangoStore:
             .order_by("created_at")
             .values_list("saga_id", flat=True)
         )
+
+
+def _outcome(saga: Saga, step: StepSnapshot | None) -> RollbackAssessment:
+    """Set the saga row's outcome columns for this change, before the row is saved.
+
+    The stored steps with the changed one as it is about to be: one query, and only
+    while the saga rolls back (a forward step costs nothing).
+    """
+    steps: dict[str, StepFacts] = {}
+    if saga.status in outcomes.ROLLING and saga.pk is not None:
+        steps = outcomes.stored_facts([saga.pk])[saga.pk]
+    if step is not None and saga.status in outcomes.ROLLING:
+        known = steps.get(step.id)
+        steps[step.id] = StepFacts.of(step, left=bool(known and known.left))
+    found = assess_rollback(SagaStatus(saga.status), steps.values())
+    for name, value in outcomes.fields(found).items():
+        setattr(saga, name, value)
+    return found
 
 
 def fence(saga: Saga, record: SagaRecord, *, check_lease: bool) -> None:

@@ -51,6 +51,8 @@ from .outcome import (
     StepFacts,
     WaitingFor,
     assess_rollback,
+    status_text,
+    waiting_text,
 )
 from .policies import RetryPolicy
 from .records import (
@@ -144,5 +146,7 @@ __all__ = [
     "define_saga",
     "define_tool",
     "recover",
+    "status_text",
+    "waiting_text",
     "wrap_tools",
 ]

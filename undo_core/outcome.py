@@ -43,6 +43,8 @@ __all__ = [
     "StepFacts",
     "WaitingFor",
     "assess_rollback",
+    "status_text",
+    "waiting_text",
 ]
 
 
@@ -227,3 +229,31 @@ def assess_rollback(status: SagaStatus, steps: Iterable[StepFacts]) -> RollbackA
         clean = status is SagaStatus.ROLLED_BACK and not exceptions
         outcome = RollbackOutcome.CLEAN if clean else RollbackOutcome.WITH_EXCEPTIONS
     return RollbackAssessment(outcome, exceptions, waiting)
+
+
+def status_text(
+    status: str, outcome: str | None = None, summary: str = "", waiting_for: str | None = None
+) -> str:
+    """A saga's status as a person must read it, from what a store or the API keeps.
+
+    ``ROLLED_BACK`` alone only for a clean rollback; otherwise "ROLLED BACK with
+    exceptions (1 rejected)". A ROLLBACK_FAILED saga says what it holds ("1 undo
+    failed, 1 left failed"), and one that waits for a person says so.
+    """
+    if status == SagaStatus.ROLLED_BACK and outcome == RollbackOutcome.WITH_EXCEPTIONS:
+        text = f"ROLLED BACK with exceptions ({summary or 'see the steps'})"
+    elif status == SagaStatus.ROLLBACK_FAILED and summary:
+        text = f"{status} ({summary})"
+    else:
+        text = str(status)
+    waiting = waiting_text(waiting_for)
+    return f"{text}, {waiting}" if waiting else text
+
+
+def waiting_text(waiting_for: str | None) -> str:
+    """'waiting for a person: an approver' / '...: an operator', or '' when nobody is awaited."""
+    if waiting_for == WaitingFor.APPROVAL:
+        return "waiting for a person: an approver"
+    if waiting_for == WaitingFor.OPERATOR:
+        return "waiting for a person: an operator"
+    return ""

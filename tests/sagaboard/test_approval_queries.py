@@ -162,7 +162,9 @@ def test_an_approved_undo_starts_after_few_queries_and_one_commit(
     assert Step.objects.get(saga=saga).state == "ROLLED_BACK"
     # Was 22 statements and 3 commits: the saga read twice, the step four times, the
     # policies twice, the lease a commit of its own, a locked read of the decision.
-    assert statements <= 13 and commits == 1, t.report("to the undo")
+    # One more since the saga row keeps its rollback outcome: the steps' states are read
+    # (and written with the saga row in its one UPDATE) by a write while it rolls back.
+    assert statements <= 14 and commits == 1, t.report("to the undo")
 
 
 def test_the_approve_button_is_one_request_with_one_commit(
