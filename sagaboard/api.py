@@ -20,7 +20,7 @@ from ninja.renderers import JSONRenderer
 from ninja.responses import NinjaJSONEncoder
 from ninja.security import HttpBearer
 
-from sagaboard import api_links, sagas, selectors
+from sagaboard import api_links, outcomes, sagas, selectors
 from sagaboard.ingest import IngestError, events_ingest
 from sagaboard.limits import InputRefused, JsonParser, NotJson
 from sagaboard.models import ApiToken, Saga, Step
@@ -49,7 +49,7 @@ from sagaboard.schemas import (
     Timestamp,
 )
 from sagaboard.tokens import token_authenticate
-from undo_core import SagaStatus
+from undo_core import RollbackOutcome, SagaStatus, assess_rollback, status_text
 
 log = logging.getLogger(__name__)
 BIGINT = 2**63 - 1  # the largest id or log position a database row can have
@@ -247,6 +247,12 @@ def _summary(saga: Saga) -> dict[str, Any]:
         "options": saga.options,
         "state": saga.state,
         "failed_step": saga.failed_step,
+        "outcome": saga.outcome,
+        "outcome_summary": saga.outcome_summary,
+        "waiting_for": saga.waiting_for,
+        "status_text": status_text(
+            saga.status, saga.outcome, saga.outcome_summary, saga.waiting_for
+        ),
     }
 
 
@@ -280,7 +286,13 @@ def _saga_out(request: HttpRequest, saga_id: str) -> dict[str, Any]:
     saga = selectors.saga_get_for_project(project=_token(request).project, saga_id=saga_id)
     if saga is None:
         raise IngestError(404, "not_found", f"no saga {saga_id!r} in this project", "saga_id")
-    return {**_summary(saga), "steps": [_step(s) for s in saga.steps.all()]}
+    steps = list(saga.steps.all())
+    found = assess_rollback(SagaStatus(saga.status), [outcomes.facts(s) for s in steps])
+    exceptions = [
+        {"step_id": e.step_id, "tool_name": e.tool_name, "kind": e.kind, "why": e.why}
+        for e in found.exceptions
+    ]
+    return {**_summary(saga), "steps": [_step(s) for s in steps], "exceptions": exceptions}
 
 
 def _step_out(request: HttpRequest, saga_id: str, step_id: str) -> dict[str, Any]:
@@ -449,8 +461,14 @@ def list_sagas(
     updated_before: Timestamp | None = None,
     cursor: Text | None = None,
     limit: int = Query(50, ge=1, le=500),
+    outcome: RollbackOutcome | None = None,
+    waiting: bool = False,
 ) -> Any:
-    """Sagas newest first, filtered; follow ``next_cursor`` for the next page."""
+    """Sagas newest first, filtered; follow ``next_cursor`` for the next page.
+
+    ``outcome``: only rollbacks that came to rest CLEAN or WITH_EXCEPTIONS; ``waiting``:
+    only sagas whose rollback waits for a person.
+    """
     try:
         rows, next_cursor = selectors.saga_list(
             projects=[_token(request).project],
@@ -461,6 +479,8 @@ def list_sagas(
             updated_before=updated_before,
             cursor=cursor,
             limit=limit,
+            outcome=outcome.value if outcome else None,
+            waiting=waiting,
         )
     except selectors.BadCursor as err:
         return _error(request, 422, "validation_error", str(err), field="cursor")

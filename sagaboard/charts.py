@@ -7,7 +7,15 @@ from dataclasses import dataclass
 from sagaboard.overview import Bucket
 
 # Stacking order, bottom up; every segment also carries its status as text (a <title>).
-STACK = ["COMPLETED", "ROLLED_BACK", "FAILED", "ROLLBACK_FAILED"]
+STACK = ["COMPLETED", "ROLLED_BACK", "ROLLED_BACK_WITH_EXCEPTIONS", "FAILED", "ROLLBACK_FAILED"]
+LABELS = {
+    "COMPLETED": "completed",
+    "ROLLED_BACK": "rolled back cleanly",
+    "ROLLED_BACK_WITH_EXCEPTIONS": "rolled back with exceptions",
+    "FAILED": "failed",
+    "ROLLBACK_FAILED": "rollback failed",
+}
+"""Each series as the chart's text says it (hover titles and the legend)."""
 
 
 @dataclass(frozen=True)
@@ -16,6 +24,10 @@ class Segment:
     count: int
     y: float
     height: float
+
+    @property
+    def label(self) -> str:
+        return LABELS.get(self.status, self.status)
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,8 @@ class _View:
     @classmethod
     def from_params(cls, params: dict[str, str]) -> _View:
         saga = params.get("saga", "")
-        filters = {k: params[k] for k in ("status", "tool", "q", "project") if params.get(k)}
+        names = ("status", "tool", "q", "project", "outcome", "waiting")
+        filters = {k: params[k] for k in names if params.get(k)}
         view = cls(int(saga) if saga.isdigit() else None, params.get("list") == "1", filters)
         view.queue, view.attention = params.get("queue") == "1", params.get("attention") == "1"
         return view

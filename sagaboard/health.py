@@ -28,7 +28,19 @@ from sagaboard.models import (
     Saga,
     Step,
 )
-from undo_core import SagaStatus, StepState
+from undo_core import RollbackOutcome, SagaStatus, StepState, WaitingFor
+
+_OUTCOMES = {
+    s: (
+        (RollbackOutcome.CLEAN.value, RollbackOutcome.WITH_EXCEPTIONS.value)
+        if s is SagaStatus.ROLLED_BACK
+        else (RollbackOutcome.WITH_EXCEPTIONS.value,)
+        if s is SagaStatus.ROLLBACK_FAILED
+        else ("none",)
+    )
+    for s in SagaStatus
+}
+"""The outcome labels each status is always reported with (0 when there are none)."""
 
 WORKER_SILENCE = timedelta(seconds=60)
 """A worker not heard from for this long is taken for gone."""
@@ -107,9 +119,33 @@ def metrics_text() -> str:
         out.append(f"# TYPE {name} gauge")
         out.extend(_line(name, value, **labels) for labels, value in rows)
 
-    by_status = dict(Saga.objects.values_list("status").annotate(n=Count("pk")).order_by())
-    gauge("sagaboard_sagas", "Sagas by status.",
-          [({"status": s.value}, by_status.get(s.value, 0)) for s in SagaStatus])  # fmt: skip
+    by_status: dict[tuple[str, str], int] = {}
+    for status, outcome, n in (
+        Saga.objects.values_list("status", "outcome").annotate(n=Count("pk")).order_by()
+    ):
+        key = (status, outcome or "none")
+        by_status[key] = by_status.get(key, 0) + n
+    # outcome: CLEAN or WITH_EXCEPTIONS for a rollback that came to rest, "none" otherwise:
+    # a ROLLED_BACK with an undo rejected, resolved, left or in doubt is never counted clean.
+    rows = [
+        ({"status": s.value, "outcome": o}, by_status.get((s.value, o), 0))
+        for s in SagaStatus
+        for o in _OUTCOMES[s]
+    ]
+    rows += [
+        ({"status": st, "outcome": o}, n)
+        for (st, o), n in sorted(by_status.items())
+        if st in SagaStatus.__members__ and o not in _OUTCOMES[SagaStatus(st)]
+    ]
+    gauge("sagaboard_sagas", "Sagas by status and rollback outcome.", rows)
+    waiting = dict(
+        Saga.objects.filter(waiting_for__isnull=False)
+        .values_list("waiting_for")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    gauge("sagaboard_sagas_waiting", "Sagas whose rollback waits for a person, by whom.",
+          [({"waiting_for": w.value}, waiting.get(w.value, 0)) for w in WaitingFor])  # fmt: skip
     pending = Approval.objects.filter(status=Approval.Status.PENDING).aggregate(
         n=Count("pk"), oldest=Min("created_at")
     )

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from django.db.models import Q
+
 from sagaboard.models import Saga, Step
 from undo_core import RollbackAssessment, SagaStatus, StepFacts, StepState, assess_rollback
 
@@ -20,6 +22,19 @@ ROLLING = frozenset({SagaStatus.COMPENSATING, SagaStatus.ROLLED_BACK, SagaStatus
 """Statuses whose outcome depends on the steps; any other has none (and costs no query)."""
 
 _FACTS = ("saga_id", "step_id", "tool_name", "state", "has_undo", "left_at", "decision_note")
+
+
+OPERATOR_STATES = (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT)
+"""Step states whose undo an operator must settle (retry, resolve or leave)."""
+
+
+def waits_for_operator() -> Q:
+    """Steps that wait for an operator: failed or in doubt, and not left failed.
+
+    The one definition the needs-attention page, the overview, /metrics and the
+    saga's ``waiting_for`` (undo_core's ``assess_rollback``, ``left``) share.
+    """
+    return Q(state__in=OPERATOR_STATES, left_at__isnull=True)
 
 
 def facts(step: Step) -> StepFacts:

@@ -19,7 +19,7 @@ from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
 from sagaboard.models import Project, Saga, Step
-from undo_core import SagaStatus, StepState
+from undo_core import RollbackOutcome, SagaStatus, StepState
 
 COUNT_CAP = 10_000
 THROUGHPUT_CACHE_SECONDS = 60
@@ -34,6 +34,11 @@ class StatusCount:
     count: int
     capped: bool
     """True when there are at least ``count`` (the walk stopped at the cap)."""
+    label: str = ""
+    """What the chip says (the status, unless it is one of the rollback outcomes)."""
+    query: str = ""
+    """The saga list's filter for these sagas."""
+    css: str = ""
 
 
 def status_counts(projects: Sequence[Project], *, cap: int = COUNT_CAP) -> list[StatusCount]:
@@ -52,10 +57,30 @@ def status_counts(projects: Sequence[Project], *, cap: int = COUNT_CAP) -> list[
 
 
 def _status_counts(ids: list[int], cap: int) -> list[StatusCount]:
+    # ROLLED_BACK is counted as two: clean, and with exceptions (an undo rejected, resolved
+    # by hand...), which must never be read as a clean rollback. And one more count: the
+    # sagas whose rollback waits for a person. Each walks an index of its own.
+    def count(key: str, label: str, query: str, **match: object) -> StatusCount:
+        n = Saga.objects.filter(project_id__in=ids, **match).values("pk")[: cap + 1].count()
+        return StatusCount(key, min(n, cap), n > cap, label, query, key.lower())
+
     counts = []
     for status in SagaStatus:
-        n = Saga.objects.filter(project_id__in=ids, status=status).values("pk")[: cap + 1].count()
-        counts.append(StatusCount(status.value, min(n, cap), n > cap))
+        if status is SagaStatus.ROLLED_BACK:
+            counts.append(
+                count(status.value, "ROLLED_BACK (clean)", "status=ROLLED_BACK&outcome=CLEAN",
+                      outcome=RollbackOutcome.CLEAN)
+            )  # fmt: skip
+            counts.append(
+                count("ROLLED_BACK_WITH_EXCEPTIONS", "ROLLED BACK with exceptions",
+                      "status=ROLLED_BACK&outcome=WITH_EXCEPTIONS",
+                      outcome=RollbackOutcome.WITH_EXCEPTIONS, status=status)
+            )  # fmt: skip
+        else:
+            counts.append(
+                count(status.value, status.value, f"status={status.value}", status=status)
+            )
+    counts.append(count("WAITING", "waiting for a person", "waiting=1", waiting_for__isnull=False))
     return counts
 
 
@@ -70,7 +95,8 @@ def steps_needing_attention(projects: Sequence[Project], *, limit: int = 20) -> 
     rows = [
         step
         for state in ATTENTION_STEP_STATES
-        for step in Step.objects.filter(state=state, saga__project__in=projects)
+        # A failed undo an operator left failed waits for nobody (outcomes.waits_for_operator).
+        for step in Step.objects.filter(state=state, saga__project__in=projects, left_at=None)
         .select_related("saga__project")
         .order_by("updated_at", "pk")[:limit]
     ]
@@ -139,7 +165,7 @@ def _throughput(project_ids: list[int], window: str, now: datetime) -> list[Buck
     rows = (
         Saga.objects.filter(project_id__in=project_ids, updated_at__gte=start, status__in=_RESTING)
         .annotate(t=trunc)
-        .values("t", "status")
+        .values("t", "status", "outcome")
         .annotate(n=Count("pk"))
         .order_by()
     )
@@ -148,11 +174,19 @@ def _throughput(project_ids: list[int], window: str, now: datetime) -> list[Buck
         index = int((row["t"] - start) / step)
         if 0 <= index < len(buckets):
             counts = buckets[index].by_status
-            counts[row["status"]] = counts.get(row["status"], 0) + row["n"]
+            key = series(row["status"], row["outcome"])
+            counts[key] = counts.get(key, 0) + row["n"]
     return buckets
 
 
 _RESTING = [SagaStatus.COMPLETED, *FAILED_SAGA_STATUSES]
+
+
+def series(status: str, outcome: str | None) -> str:
+    """The chart series a saga that ended counts in: ROLLED_BACK is split by its outcome."""
+    if status == SagaStatus.ROLLED_BACK and outcome == RollbackOutcome.WITH_EXCEPTIONS:
+        return "ROLLED_BACK_WITH_EXCEPTIONS"
+    return status
 
 
 def _floor(moment: datetime, step: timedelta) -> datetime:

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 
 from django.db.models import Prefetch, QuerySet
 
+from sagaboard import outcomes
 from sagaboard.models import Approval, ApprovalVote, CompensationAttempt, Project, Saga, Step
+from sagaboard.undo_kinds import plan_for, undo_check
 from undo_core import StepState
 
 QUEUE_LIMIT = 200
@@ -49,7 +51,12 @@ def approvals_for_step(projects: Sequence[Project], saga_pk: int, step_id: str) 
 
 
 def _attach_failed_steps(approvals: list[Approval]) -> None:
-    """Each approval's saga gets ``failed`` (the forward step whose failure began the rollback)."""
+    """Each approval's saga gets ``failed`` (the forward step whose failure began the rollback),
+    and each approval ``cannot_run``: why its undo cannot run here ('' when it can), the
+    runner's own check, shown before anyone approves."""
+    for a in approvals:
+        check = undo_check(a.saga.driver, a.step.undo)
+        a.cannot_run = "" if check else check.why  # type: ignore[attr-defined]
     sagas = {a.saga_id: a.saga for a in approvals}
     failed = {
         s.saga_id: s
@@ -78,11 +85,7 @@ class FailureGroup:
 def failures_open(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) -> list[FailureGroup]:
     """Failed or in-doubt undos nobody has settled or left, grouped by error signature."""
     steps = list(
-        Step.objects.filter(
-            saga__project__in=projects,
-            state__in=[StepState.ROLLBACK_FAILED, StepState.IN_DOUBT],
-            left_at__isnull=True,
-        )
+        Step.objects.filter(outcomes.waits_for_operator(), saga__project__in=projects)
         .select_related("saga__project")
         .prefetch_related(
             Prefetch("attempts", queryset=CompensationAttempt.objects.order_by("number"))
@@ -98,22 +101,35 @@ def failures_open(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) -> l
 
 
 def compensation_plan(saga: Saga) -> list[dict[str, object]]:
-    """The undos a rollback of ``saga`` runs, newest step first, and what each waits for."""
+    """The undos a rollback of ``saga`` runs, newest step first, and what each waits for.
+
+    Whether an undo can run here is the runner's own check (``undo_kinds.undo_check``):
+    an undo the runner would refuse reads "cannot run here: <why>" before anyone
+    approves it, never "will run unattended".
+    """
     from sagaboard.approvals import approval_reason, policies_enabled
-    from sagaboard.undo_kinds import plan_for
 
     policies = policies_enabled(saga.project)  # once, not once per step
     plan = []
     pending = {a.step_id: a for a in saga.approvals.filter(status=Approval.Status.PENDING)}
     for step in sorted(saga.steps.all(), key=lambda s: -s.position):
+        check = undo_check(saga.driver, step.undo) if step.state in _AHEAD else None
         if step.state in (StepState.PENDING, StepState.FAILED):
             what = "nothing to undo: it did not run"
         elif not step.has_undo:
             what = "nothing to undo: no undo declared, the side effect stays"
         elif step.state in (StepState.ROLLED_BACK, StepState.RESOLVED, StepState.REJECTED):
             what = f"done: {step.state}"
-        elif step.state == StepState.ROLLBACK_FAILED:
-            what = "failed: waits for an operator (retry, resolve or leave)"
+        elif step.left_at is not None:
+            what = f"{LEFT_FAILED} by {step.left_by}: the side effect stays ({step.left_reason})"
+        elif check is not None and not check:
+            what = f"cannot run here: {check.why}"
+            if step.pk in pending:
+                what += f"; it still waits for approval ({pending[step.pk].why})"
+        elif step.state in (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT):
+            what = f"{step.state.lower().replace('_', ' ')}: waits for an operator " + (
+                "(retry, resolve or leave)"
+            )
         elif step.pk in pending:
             what = f"waits for approval ({pending[step.pk].why})"
         else:
@@ -121,8 +137,28 @@ def compensation_plan(saga: Saga) -> list[dict[str, object]]:
             what = f"will need approval: {why}" if why else "will run unattended"
         # A command is shown as it will run: the approver reads it here and in the queue.
         runs = plan_for(saga, step) if (step.undo or {}).get("kind") == "command" else None
-        plan.append({"step": step, "what": what, "runs": runs})
+        plan.append(
+            {
+                "step": step,
+                "what": what,
+                "runs": runs,
+                "cannot_run": check is not None and not check,
+            }
+        )
     return plan
+
+
+LEFT_FAILED = "left failed"
+"""How a failed undo an operator chose to leave is named on every page (plan, lists)."""
+_AHEAD = frozenset(
+    {
+        StepState.COMPLETED,
+        StepState.AWAITING_APPROVAL,
+        StepState.ROLLBACK_FAILED,
+        StepState.IN_DOUBT,
+    }
+)
+"""States whose undo may still run (so whether it can run here matters)."""
 
 
 def saga_page_extras(saga: Saga) -> dict[str, object]:

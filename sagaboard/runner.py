@@ -191,14 +191,10 @@ def _tools(
                 rows.forget_policies()  # the next step's undo reads them afresh
             log.info("undo attempt %s succeeded", ctx.attempt)
 
-    tools: dict[str, Tool] = {}
-    for step in steps.values():
-        runs_here = (step.undo or {}).get("kind") in ("handler", "webhook", "command")
-        if step.tool_name not in tools or runs_here:
-            tools[step.tool_name] = define_tool(
-                step.tool_name, _forward_not_here, undo if runs_here else None
-            )
-    return tools
+    # Every tool gets the one undo, which runs each step's own kind (by ``ctx.step_id``):
+    # whether a step has an undo is the step's ``has_undo``, and whether it can run here
+    # is ``undo_kinds.undo_check``, asked by ``undo_kinds.run`` (and by the plan people read).
+    return {s.tool_name: define_tool(s.tool_name, _forward_not_here, undo) for s in steps.values()}
 
 
 @contextmanager

@@ -162,15 +162,15 @@ def step_add(
 ) -> str:
     """Register a PENDING step; returns its id (``step-N``).
 
-    A shell-command undo always needs approval: it is text an agent sent.
+    An undo that cannot run here (``undo_kinds.undo_check``: a 'client' undo, a handler
+    nobody registered, command undos switched off...) is refused with 422 naming why
+    and the field. A shell-command undo always needs approval: it is text an agent sent.
     """
     payload = {"tool": tool_name, "input": input, "undo": undo, "ra": requires_approval}
-    if undo.get("kind") == "command":
-        try:
-            undo_kinds.command_argv(undo.get("command"))
-        except undo_kinds.UndoKindError as err:  # refused now, not when a rollback needs it
-            message = f"undo.command: {err}"
-            raise IngestError(422, "validation_error", message, "undo.command") from err
+    check = undo_kinds.undo_check(Saga.Driver.SERVER, undo)
+    if not check:  # refused now, not when a rollback needs it and it fails at once
+        message = check.why if check.code == "validation_error" else f"{check.field}: {check.why}"
+        raise IngestError(422, check.code, message, check.field)
 
     def act() -> str:
         with _engine(project, saga_id) as saga:

@@ -24,7 +24,14 @@ from pydantic_core import PydanticCustomError
 
 from sagaboard import limits
 from sagaboard.limits import InputRefused, JsonObject, JsonValue
-from undo_core import EventKind, SagaStatus, StepState
+from undo_core import (
+    EventKind,
+    ExceptionKind,
+    RollbackOutcome,
+    SagaStatus,
+    StepState,
+    WaitingFor,
+)
 
 ID = Field(min_length=1, max_length=100)
 NAME = Field(min_length=1, max_length=200, json_schema_extra={"pattern": r"\S"})
@@ -385,11 +392,35 @@ class StepOut(Out):
     metadata: dict[str, Any]
 
 
+class RollbackExceptionOut(Out):
+    """A step whose side effect the rollback did not undo by its own undo."""
+
+    step_id: str
+    tool_name: str
+    kind: ExceptionKind
+    why: str
+
+
 class SagaSummaryOut(Out):
     id: str
     name: str
     project: str
     status: str
+    outcome: RollbackOutcome | None = Field(
+        description="How its rollback came to rest: CLEAN (every completed step undone by its "
+        "undo) or WITH_EXCEPTIONS (an undo rejected, resolved by hand, left failed, in doubt, "
+        "missing or not reached); null while no rollback has come to rest. A ROLLED_BACK "
+        "saga is a clean rollback only when this is CLEAN."
+    )
+    outcome_summary: str = Field(description='The exceptions counted by kind, e.g. "1 rejected"')
+    waiting_for: WaitingFor | None = Field(
+        description="Whom a rollback that cannot go on by itself waits for: APPROVAL (an "
+        "approver) or OPERATOR (retry, resolve or leave a failed or in-doubt undo); null if nobody"
+    )
+    status_text: str = Field(
+        description='The status as a person must read it, e.g. "ROLLED BACK with exceptions '
+        '(1 rejected)"'
+    )
     driver: str
     created_at: datetime
     updated_at: datetime
@@ -402,6 +433,10 @@ class SagaSummaryOut(Out):
 
 class SagaOut(SagaSummaryOut):
     steps: list[StepOut]
+    exceptions: list[RollbackExceptionOut] = Field(
+        description="Every step not undone by its own undo, oldest first (empty for a clean "
+        "rollback, or while none is under way)"
+    )
 
 
 class SagaPageOut(Out):

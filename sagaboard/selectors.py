@@ -74,8 +74,14 @@ def saga_list(
     updated_before: datetime | None = None,
     cursor: str | None = None,
     limit: int = 50,
+    outcome: str | None = None,
+    waiting: bool = False,
 ) -> tuple[list[Saga], str | None]:
-    """Sagas of ``projects``, newest first, one keyset page; ``BadCursor`` for a forged cursor."""
+    """Sagas of ``projects``, newest first, one keyset page; ``BadCursor`` for a forged cursor.
+
+    ``outcome``: CLEAN or WITH_EXCEPTIONS (how a rollback came to rest); ``waiting``: only
+    sagas whose rollback waits for a person (an approver or an operator).
+    """
     if not projects:
         return [], None
     by_pk = {p.pk: p for p in projects}
@@ -88,6 +94,10 @@ def saga_list(
     )
     if statuses:
         qs = qs.filter(status__in=list(statuses))
+    if outcome:
+        qs = qs.filter(outcome=outcome)
+    if waiting:
+        qs = qs.filter(waiting_for__isnull=False)
     if tool:
         qs = qs.filter(Q(pk__in=Step.objects.filter(tool_name=tool).values("saga_id")))
     if q:
@@ -126,12 +136,18 @@ def saga_matches(
     tool: str | None = None,
     q: str | None = None,
     project: str | None = None,
+    outcome: str | None = None,
+    waiting: str | None = None,
 ) -> bool:
     """Whether ``saga`` (whose steps use ``tool_names``) belongs on a list filtered this way.
 
     Pure, so one rendered live row serves every browser's filters without a query each.
     """
     if status and saga.status != status:
+        return False
+    if outcome and saga.outcome != outcome:
+        return False
+    if waiting and not saga.waiting_for:
         return False
     if project and saga.project.slug != project:
         return False

@@ -34,9 +34,11 @@ import shlex
 import signal
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
@@ -83,6 +85,83 @@ def handlers() -> dict[str, Handler]:
             importlib.import_module(module)
         _loaded = True
     return _HANDLERS
+
+
+@dataclass(frozen=True, slots=True)
+class UndoCheck:
+    """Whether (and why not) an undo can run for a saga here: one answer for every asker.
+
+    The runner refuses what cannot run with this ``why`` before trying; the
+    compensation plan and the approval queue show it before anyone approves; the
+    manual-flow API refuses such a step when it is added (``field`` names what to fix).
+    """
+
+    can_run: bool
+    why: str = ""
+    field: str | None = None
+    code: str = "cannot_run_here"
+
+    def __bool__(self) -> bool:
+        return self.can_run
+
+
+_OK = UndoCheck(True)
+
+
+def undo_check(driver: str, undo: Mapping[str, Any] | None) -> UndoCheck:
+    """Can the undo described by ``undo`` (a step's ``Step.undo``) run for a saga of ``driver``?
+
+    ``none`` has nothing to run. ``client`` runs in the agent, so only for a saga the agent
+    runs. ``handler`` needs a registered handler, ``webhook`` an http(s) URL, ``command``
+    a command that splits into arguments and ``SAGABOARD_ALLOW_COMMAND_UNDOS``.
+    """
+    spec = undo or {}
+    kind = spec.get("kind", "none")
+    if kind == "none":
+        return _OK
+    if kind == "client":
+        if driver == Saga.Driver.CLIENT:
+            return _OK
+        return UndoCheck(
+            False,
+            "a 'client' undo runs in the agent's own process, but sagaboard runs this saga "
+            "and nothing here can run it: give it a 'handler', 'webhook' or 'command' undo",
+            "undo.kind",
+        )
+    if driver == Saga.Driver.CLIENT:
+        return UndoCheck(False, f"a saga its agent runs has only 'client' undos, not {kind!r}",
+                         "undo.kind")  # fmt: skip
+    if kind == "handler":
+        name = spec.get("handler") or ""
+        if not name:
+            return UndoCheck(False, "a 'handler' undo needs the handler's name", "undo.handler")
+        if name not in handlers():
+            return UndoCheck(
+                False,
+                f"no compensation {name!r} is registered "
+                f"(SAGABOARD_COMPENSATION_MODULES={settings.SAGABOARD_COMPENSATION_MODULES})",
+                "undo.handler",
+            )
+        return _OK
+    if kind == "webhook":
+        url = urlsplit(spec.get("url") or "")
+        if url.scheme not in ("http", "https") or not url.hostname:
+            return UndoCheck(False, "a 'webhook' undo needs an http:// or https:// URL",
+                             "undo.url")  # fmt: skip
+        return _OK
+    if kind == "command":
+        try:
+            command_argv(spec.get("command"))
+        except UndoKindError as err:  # what no setting changes: a bad request
+            return UndoCheck(False, f"undo.command: {err}", "undo.command", "validation_error")
+        if not settings.SAGABOARD_ALLOW_COMMAND_UNDOS:
+            return UndoCheck(
+                False,
+                "command undos are off on this server (SAGABOARD_ALLOW_COMMAND_UNDOS=0)",
+                "undo.kind",
+            )
+        return _OK
+    return UndoCheck(False, f"no undo of kind {kind!r} exists", "undo.kind")
 
 
 def webhook_body(saga: Saga, step: Step) -> dict[str, Any]:
@@ -171,6 +250,9 @@ def run(saga: Saga, step: Step, ctx: UndoContext, *, approved_hash: str | None =
             f"refused: what would run (plan {plan_hash(plan)[:12]}) is not what was approved "
             f"(plan {approved_hash[:12]}); it needs a new approval"
         )
+    check = undo_check(saga.driver, step.undo)
+    if not check:
+        raise UndoKindError(f"cannot run here: {check.why}")
     kind = plan["kind"]
     if kind == "handler":
         fn = handlers().get(plan["handler"] or "")

@@ -13,9 +13,14 @@ from django.views.decorators.http import require_GET
 from sagaboard import overview as stats
 from sagaboard import queues, selectors
 from sagaboard.charts import stacked_bars
-from undo_core import SagaStatus
+from undo_core import RollbackOutcome, SagaStatus
 
 LIST_LIMIT = 50
+OUTCOME_CHOICES = [
+    ("", "any"),
+    (RollbackOutcome.CLEAN.value, "rolled back cleanly"),
+    (RollbackOutcome.WITH_EXCEPTIONS.value, "with exceptions (rejected, resolved, left, in doubt)"),
+]
 SINCE = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 SINCE_CHOICES = [
     ("", "any time"), ("1h", "last hour"), ("24h", "last 24 hours"), ("7d", "last 7 days"),
@@ -49,6 +54,9 @@ def saga_list(request: HttpRequest) -> HttpResponse:
     chosen = request.GET.get("project", "")
     projects = [p for p in mine if p.slug == chosen] if chosen else mine
     statuses = [s for s in request.GET.getlist("status") if s in SagaStatus.__members__]
+    outcome = request.GET.get("outcome", "")
+    outcome = outcome if outcome in RollbackOutcome.__members__ else ""
+    waiting = request.GET.get("waiting") == "1"
     since = SINCE.get(request.GET.get("since", ""))
     error = ""
     try:
@@ -60,6 +68,8 @@ def saga_list(request: HttpRequest) -> HttpResponse:
             updated_after=timezone.now() - since if since else None,
             cursor=request.GET.get("cursor") or None,
             limit=LIST_LIMIT,
+            outcome=outcome or None,
+            waiting=waiting,
         )
     except selectors.BadCursor:
         rows, next_cursor, error = [], None, "That page link is not valid any more."
@@ -77,6 +87,10 @@ def saga_list(request: HttpRequest) -> HttpResponse:
                 params[key] = request.GET[key]
         if len(statuses) == 1:
             params["status"] = statuses[0]
+        if outcome:
+            params["outcome"] = outcome
+        if waiting:
+            params["waiting"] = "1"
         live = params.urlencode()
     return render(
         request,
@@ -86,6 +100,7 @@ def saga_list(request: HttpRequest) -> HttpResponse:
             "next_cursor": next_cursor,
             "projects": mine,
             "statuses": [s.value for s in SagaStatus],
+            "outcomes": OUTCOME_CHOICES,
             "since_choices": [
                 ("", "any time"),
                 ("1h", "last hour"),

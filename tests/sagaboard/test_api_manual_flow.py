@@ -43,7 +43,10 @@ def begin(call: Any, **body: Any) -> str:
     return response.json()["id"]  # type: ignore[no-any-return]
 
 
-def test_the_seeds_walkthrough_ends_compensating_with_the_plan_in_order(call: Any) -> None:
+def test_the_seeds_walkthrough_ends_compensating_with_the_plan_in_order(
+    call: Any, settings: Any
+) -> None:
+    settings.SAGABOARD_ALLOW_COMMAND_UNDOS = True
     saga_id = begin(call)
     assert call("get", f"/sagas/{saga_id}").json()["status"] == "IN_PROGRESS"
     backup = call(

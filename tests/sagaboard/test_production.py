@@ -62,8 +62,8 @@ def test_metrics_count_sagas_approvals_and_attempts(client: Client) -> None:
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain; version=0.0.4")
     lines = response.content.decode().splitlines()
-    assert 'sagaboard_sagas{status="COMPENSATING"} 1' in lines
-    assert 'sagaboard_sagas{status="ROLLBACK_FAILED"} 1' in lines
+    assert 'sagaboard_sagas{outcome="none",status="COMPENSATING"} 1' in lines
+    assert 'sagaboard_sagas{outcome="WITH_EXCEPTIONS",status="ROLLBACK_FAILED"} 1' in lines
     assert "sagaboard_approvals_pending 1" in lines
     assert "sagaboard_undos_failed_open 1" in lines
     assert 'sagaboard_undo_attempts{outcome="failed"} 1' in lines

@@ -11,7 +11,7 @@ import pytest
 from hitl import one_step_saga
 from test_notifications import Receiver
 
-from sagaboard import approvals, runner
+from sagaboard import approvals, queues, runner
 from sagaboard.models import Approval, Event, Project, Saga, Step
 from sagaboard.undo_kinds import COMMAND_ENV, plan_for, plan_hash
 
@@ -66,9 +66,10 @@ def decide(saga: Saga) -> None:
     )  # fmt: skip
 
 
-def test_a_command_undo_waits_for_approval_and_is_off_by_default(
+def test_a_command_undo_waits_for_approval_and_fails_if_commands_were_switched_off_since(
     shop: Project, settings: Any
 ) -> None:
+    settings.SAGABOARD_ALLOW_COMMAND_UNDOS = True
     saga = one_step_saga(shop, {"kind": "command", "command": "echo undone"})
     assert runner.rollback_continue(saga.pk) == "COMPENSATING"
     approval = Approval.objects.get(saga=saga)
@@ -76,9 +77,12 @@ def test_a_command_undo_waits_for_approval_and_is_off_by_default(
         "kind": "command", "command": "echo undone", "argv": ["echo", "undone"],
         "cwd": str(settings.SAGABOARD_COMMAND_UNDO_CWD), "env": COMMAND_ENV,
     }  # fmt: skip
+    settings.SAGABOARD_ALLOW_COMMAND_UNDOS = False
+    (item,) = queues.compensation_plan(saga)
+    assert item["what"].startswith("cannot run here: command undos are off on this server")
     decide(saga)
     assert runner.rollback_continue(saga.pk) == "ROLLBACK_FAILED"
-    assert "command undos are off" in (Step.objects.get(saga=saga).error or "")
+    assert "cannot run here: command undos are off" in (Step.objects.get(saga=saga).error or "")
 
 
 def test_an_enabled_command_runs_without_a_shell_and_its_output_is_kept(
@@ -103,10 +107,17 @@ def test_a_command_that_overruns_its_timeout_fails(shop: Project, settings: Any)
     assert "timed out" in (Step.objects.get(saga=saga).error or "")
 
 
-def test_an_unregistered_handler_fails_the_undo_naming_it(shop: Project) -> None:
-    saga = one_step_saga(shop, {"kind": "handler", "handler": "nope.never"})
+def test_a_stored_unregistered_handler_shows_in_the_plan_and_fails_naming_it(
+    shop: Project,
+) -> None:
+    saga = one_step_saga(shop, {"kind": "handler", "handler": "storebot.return_item"})
+    # Stored before its module left SAGABOARD_COMPENSATION_MODULES (adding it is refused now).
+    Step.objects.filter(saga=saga).update(undo={"kind": "handler", "handler": "nope.never"})
+    (item,) = queues.compensation_plan(saga)
+    assert item["what"].startswith("cannot run here: no compensation 'nope.never' is registered")
     assert runner.rollback_continue(saga.pk) == "ROLLBACK_FAILED"
-    assert "no compensation 'nope.never' is registered" in (Step.objects.get(saga=saga).error or "")
+    error = Step.objects.get(saga=saga).error or ""
+    assert "cannot run here: no compensation 'nope.never' is registered" in error
 
 
 def test_the_plan_hash_changes_with_what_would_run(shop: Project) -> None:

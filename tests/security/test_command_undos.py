@@ -207,7 +207,9 @@ def test_an_operators_retry_reruns_only_what_was_approved(shop: Project, command
     assert pending.plan["argv"] == ["touch", str(ran)]  # a person must approve the new one
 
 
-def test_the_agent_cannot_repost_a_step_with_another_command(shop: Project) -> None:
+def test_the_agent_cannot_repost_a_step_with_another_command(
+    shop: Project, commands_on: Path
+) -> None:
     token = token_create(project=shop, label="agent").secret
     client = Client(headers={"authorization": f"Bearer {token}"})
 
