@@ -48,11 +48,36 @@ print(json.dumps(out))
 
 @pytest.fixture
 def sagaboard(tmp_path: Path) -> Iterator[tuple[str, str, str]]:
-    """(database URL, server URL, token) of a live local sagaboard."""
+    """(database URL, server URL, token) of a live local sagaboard that allows command undos."""
     with temp_database("postgres" if PG else "sqlite", tmp_path) as db:
         token = prepare(db)
-        with Server(db) as srv:
+        with Server(db, env={"SAGABOARD_ALLOW_COMMAND_UNDOS": "1"}) as srv:
             yield db, srv.url, token
+
+
+async def test_a_server_with_command_undos_off_refuses_the_step_and_the_tool_says_why(
+    tmp_path: Path, workdir: Path
+) -> None:
+    with temp_database("postgres" if PG else "sqlite", tmp_path) as db:
+        token = prepare(db)
+        with Server(db, env={"SAGABOARD_ALLOW_COMMAND_UNDOS": "0"}) as srv:
+            env = {"SAGABOARD_TOKEN": token}
+            async with mcp_session("--url", srv.url, cwd=workdir, env=env) as session:
+                tools = {t.name: t.description or "" for t in (await session.list_tools()).tools}
+                assert "WITHOUT a shell" in tools["saga_add_step"]
+                assert "approves" in tools["saga_add_step"]
+                assert "nothing has been undone yet" in tools["saga_rollback"]
+                sid = (await call(session, "saga_begin", name="ops"))["sagaId"]
+                refused = await session.call_tool(
+                    "saga_add_step",
+                    {"sagaId": sid, "toolName": "create_backup", "undoCommand": "rm -f b.json"},
+                )
+                assert refused.is_error
+                message = text(refused)
+                assert "sagaboard refused the step" in message
+                assert "SAGABOARD_ALLOW_COMMAND_UNDOS" in message and "undo.kind" in message
+                with SagaboardClient(srv.url, token) as client:
+                    assert client.get_saga(sid)["steps"] == []  # nothing half-registered
 
 
 async def test_connected_mode_leaves_command_undos_to_approvers(

@@ -467,6 +467,9 @@ class RemoteBackend:
             "sagaId": saga.get("id"),
             "name": saga.get("name"),
             "status": saga.get("status"),
+            "outcome": saga.get("outcome"),
+            "statusText": saga.get("status_text") or saga.get("status"),
+            "waitingFor": saga.get("waiting_for"),
             "mode": self.mode,
             "dashboard": f"{self.url}/",
         }
@@ -493,8 +496,18 @@ class RemoteBackend:
         sid = self._current.resolve(saga_id)
         tool_name = _required(tool_name, "toolName")
         command = _text(undo_command, "undoCommand", required=False)
-        with self._api():
-            step = self._client.add_step(sid, tool_name, input, undo=command)
+        try:
+            with self._api():
+                step = self._client.add_step(sid, tool_name, input, undo=command)
+        except ToolInputError as err:
+            if "cannot_run_here" in str(err) or "undo." in str(err):
+                # sagaboard cannot run this undo (e.g. command undos are off there): the step
+                # is not registered, and the model must know before running the action.
+                raise ToolInputError(
+                    f"sagaboard refused the step, so nothing is registered and nothing could "
+                    f"undo it: {err}"
+                ) from err
+            raise
         undo = (
             f"undo command: {command} (it will need an approver's decision in the dashboard)"
             if command
@@ -569,8 +582,9 @@ class RemoteBackend:
         lines = "; ".join(
             f"{s['stepId']} {s['toolName']}: {s['state']} ({s['where']})" for s in steps
         )
+        shown = saga.get("status_text") or status
         return Reply(
-            f'Saga "{saga.get("name")}" ({saga.get("id")}) is {status}, {len(steps)} step(s): '
+            f'Saga "{saga.get("name")}" ({saga.get("id")}) is {shown}, {len(steps)} step(s): '
             f"{lines or 'no steps'}.",
             {**self._summary(saga), "steps": steps},
         )

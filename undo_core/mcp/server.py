@@ -20,7 +20,9 @@ Connected::
     SAGABOARD_TOKEN=sgb_... undo-mcp --url https://sagaboard.example
 
 drives sagaboard's manual-flow API instead: ``undoCommand`` becomes a command
-undo, which always waits for an approver in the dashboard before a worker runs it.
+undo, which always waits for an approver in the dashboard before a worker runs it
+(without a shell); a server with command undos off refuses the step, and the
+tool error says why. The tools' descriptions say what connected mode does.
 """
 
 from __future__ import annotations
@@ -87,16 +89,62 @@ def _call(tool: str, action: Callable[[], Reply]) -> CallToolResult:
         return _error(tool, f"{type(err).__name__}: {err}")
 
 
-def build_server(backend: Backend) -> MCPServer[Any]:
-    """The MCP server with the seven saga tools, bound to ``backend``."""
-    server: MCPServer[Any] = MCPServer("undo-mcp", instructions=_INSTRUCTIONS)
+_CONNECTED_INSTRUCTIONS = """\
+Track a multi-step task as a saga on sagaboard so its side effects can be undone if it fails.
+Call saga_begin, then for every side-effecting action: saga_add_step (with an undoCommand
+that reverses it) before running it, and saga_complete_step or saga_fail_step after. If the
+task cannot finish, call saga_rollback: it only asks sagaboard to roll back. Nothing is undone
+at once: every undo command waits for a person to approve it in the dashboard, then a
+sagaboard worker runs it (without a shell). Follow it with saga_status.
+Tools that take sagaId use the last saga begun in this session when it is omitted."""
 
-    @server.tool()
+# What each tool does in connected mode (``--url``), where sagaboard, not this process, runs
+# the undos: the descriptions a model reads must say so.
+_CONNECTED = {
+    "saga_begin": "Start a saga on sagaboard (run by sagaboard, shown in its dashboard). "
+    "Returns its sagaId.",
+    "saga_add_step": "Register a step (PENDING) on sagaboard with the command that undoes it; "
+    "returns its stepId. Call it before running the side-effecting action. The undoCommand "
+    "becomes a sagaboard command undo: it runs only after a person approves it in the "
+    "dashboard, in a sagaboard worker, split into arguments and run WITHOUT a shell (no "
+    "pipes, ';' or redirections), in the server's fixed directory. A server with command "
+    "undos switched off (SAGABOARD_ALLOW_COMMAND_UNDOS) refuses the step with an error "
+    "saying so: then nothing could undo it, so decide before running the action. Without "
+    "undoCommand the step is tracked but nothing undoes it.",
+    "saga_complete_step": "Mark a registered step as completed (its undo will be asked for "
+    "if the saga is rolled back).",
+    "saga_fail_step": "Mark a step as failed. The saga stays open: call saga_rollback to undo.",
+    "saga_rollback": "Ask sagaboard to roll the saga back. Returns at once with the saga "
+    "COMPENSATING: nothing has been undone yet. Each completed step's undo command waits for "
+    "an approver in the dashboard, then a sagaboard worker runs it, newest step first. An "
+    "approver may reject an undo (its side effects remain): call saga_status to follow it.",
+    "saga_status": "Get the saga's status on sagaboard (including whether a rollback was "
+    "clean or had exceptions, and whether it waits for a person) and where each step stands.",
+    "saga_list_steps": "Full detail on every step (input, output, error, undo command, "
+    "decisions, timestamps).",
+}
+
+
+def build_server(backend: Backend) -> MCPServer[Any]:
+    """The MCP server with the seven saga tools, bound to ``backend``.
+
+    The tools' descriptions follow the backend's mode: in connected mode the undos run in
+    sagaboard after an approval, not here, and the descriptions say so.
+    """
+    connected = backend.mode == "connected"
+    server: MCPServer[Any] = MCPServer(
+        "undo-mcp", instructions=_CONNECTED_INSTRUCTIONS if connected else _INSTRUCTIONS
+    )
+
+    def about(name: str) -> str | None:
+        return _CONNECTED[name] if connected else None  # None: the function's docstring
+
+    @server.tool(description=about("saga_begin"))
     def saga_begin(name: str | None = None) -> CallToolResult:
         """Start a new saga transaction. Returns its sagaId."""
         return _call("saga_begin", lambda: backend.begin(name))
 
-    @server.tool()
+    @server.tool(description=about("saga_add_step"))
     def saga_add_step(
         toolName: str,
         sagaId: str | None = None,
@@ -112,29 +160,29 @@ def build_server(backend: Backend) -> MCPServer[Any]:
             "saga_add_step", lambda: backend.add_step(sagaId, toolName, input, undoCommand)
         )
 
-    @server.tool()
+    @server.tool(description=about("saga_complete_step"))
     def saga_complete_step(
         stepId: str, sagaId: str | None = None, output: Any = None
     ) -> CallToolResult:
         """Mark a registered step as completed (its undo runs if the saga is rolled back)."""
         return _call("saga_complete_step", lambda: backend.complete_step(sagaId, stepId, output))
 
-    @server.tool()
+    @server.tool(description=about("saga_fail_step"))
     def saga_fail_step(stepId: str, error: str, sagaId: str | None = None) -> CallToolResult:
         """Mark a step as failed. The saga stays open: call saga_rollback to undo."""
         return _call("saga_fail_step", lambda: backend.fail_step(sagaId, stepId, error))
 
-    @server.tool()
+    @server.tool(description=about("saga_rollback"))
     def saga_rollback(sagaId: str | None = None) -> CallToolResult:
         """Run the undo command of every completed step, in reverse order."""
         return _call("saga_rollback", lambda: backend.rollback(sagaId))
 
-    @server.tool()
+    @server.tool(description=about("saga_status"))
     def saga_status(sagaId: str | None = None) -> CallToolResult:
         """Get the saga's status and a summary of its steps."""
         return _call("saga_status", lambda: backend.status(sagaId))
 
-    @server.tool()
+    @server.tool(description=about("saga_list_steps"))
     def saga_list_steps(sagaId: str | None = None) -> CallToolResult:
         """Full detail on every step (input, output, error, undo command, timestamps)."""
         return _call("saga_list_steps", lambda: backend.list_steps(sagaId))
