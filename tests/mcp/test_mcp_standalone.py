@@ -72,6 +72,7 @@ async def test_seed_walkthrough_rolls_back_newest_first(connect: Connect, workdi
         assert (workdir / "undo.log").read_text().split() == ["2", "1"]  # LIFO
 
         status = await call(session, "saga_status", sagaId=sid)
+        assert (status["outcome"], status["statusText"]) == ("CLEAN", "ROLLED_BACK")
         assert [(s["stepId"], s["state"]) for s in status["steps"]] == [
             ("step-1", "ROLLED_BACK"),
             ("step-2", "ROLLED_BACK"),
@@ -178,3 +179,17 @@ async def test_a_failing_or_hanging_undo_command_is_reported(connect: Connect) -
         assert "exited with code 3" in message
         assert "timed out after 1s" in message
         assert "Manual intervention required" in message
+
+
+async def test_a_step_left_without_undo_command_makes_the_rollback_one_with_exceptions(
+    connect: Connect,
+) -> None:
+    async with connect() as session:
+        sid = (await call(session, "saga_begin", name="mail"))["sagaId"]
+        await call(session, "saga_add_step", sagaId=sid, toolName="send_email")
+        await call(session, "saga_complete_step", sagaId=sid, stepId="step-1")
+        await call(session, "saga_rollback", sagaId=sid)
+        result = await session.call_tool("saga_status", {"sagaId": sid})
+        assert result.structured_content["status"] == "ROLLED_BACK"
+        assert result.structured_content["outcome"] == "WITH_EXCEPTIONS"
+        assert "ROLLED BACK with exceptions (1 without undo)" in text(result)

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from ..engine import default_owner
 from ..errors import UndoCoreError
+from ..outcome import status_text
 from ..records import StepSnapshot
 from ..reports import RollbackReport
 from ..saga import Saga
@@ -278,10 +279,13 @@ class LocalBackend:
                 saga.release()
 
     def _summary(self, saga: Saga) -> dict[str, Any]:
+        found = saga.assess()
         return {
             "sagaId": saga.id,
             "name": saga.name,
             "status": str(saga.status),
+            "outcome": found.outcome.value if found.outcome else None,
+            "statusText": status_text(saga.status, found.outcome, found.summary),
             "mode": self.mode,
         }
 
@@ -359,9 +363,11 @@ class LocalBackend:
         with self._saga(saga_id) as saga:
             steps = saga.steps
         lines = "; ".join(_step_line(s) for s in steps) or "no steps"
+        summary = self._summary(saga)
         return Reply(
-            f'Saga "{saga.name}" ({saga.id}) is {saga.status}, {len(steps)} step(s): {lines}.',
-            {**self._summary(saga), "steps": [_step_summary(s) for s in steps]},
+            f'Saga "{saga.name}" ({saga.id}) is {summary["statusText"]}, {len(steps)} step(s): '
+            f"{lines}.",
+            {**summary, "steps": [_step_summary(s) for s in steps]},
         )
 
     def list_steps(self, saga_id: str | None) -> Reply:
