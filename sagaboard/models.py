@@ -154,6 +154,13 @@ class Saga(models.Model):
         return status_text(self.status, self.outcome, self.outcome_summary)
 
     @property
+    def status_badge(self) -> str:
+        """The badge's text: the status, or "ROLLED BACK with exceptions (1 rejected)"."""
+        if self.status == SagaStatus.ROLLBACK_FAILED:
+            return self.status  # what it holds is said beside it (outcome_summary)
+        return self.status_label
+
+    @property
     def waiting_label(self) -> str:
         """'waiting for a person: ...' while its rollback cannot go on without one ('' if not)."""
         return waiting_text(self.waiting_for)
