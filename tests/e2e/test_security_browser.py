@@ -126,7 +126,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         manage(url, "shell", "-c", MAKE_ROOT)
         token = manage(url, "sagaboard_token", "create", "shop", "--label", "agent")
         # DEBUG off, as in production; undos run in the server process (no worker needed).
-        env = {"SAGABOARD_TASKS_EAGER": "1"}
+        # Command undos on, so the agent may post one (the approver rejects it: it never runs).
+        env = {"SAGABOARD_TASKS_EAGER": "1", "SAGABOARD_ALLOW_COMMAND_UNDOS": "1"}
         with Server(url, debug=False, env=env) as server:
             yield Site(server, token)
 
@@ -238,14 +239,24 @@ def client_saga(site: Site) -> None:
         assert store.flush(timeout=30)
 
 
-def server_saga_steps(api: SagaboardClient) -> None:
+STORED_BEFORE = """
+from sagaboard.models import Step
+steps = Step.objects.filter(saga__saga_id="xss-server")
+steps.filter(tool_name={handler_tool!r}).update(undo={{"kind": "handler", "handler": {handler!r}}})
+steps.filter(tool_name={webhook_tool!r}).update(undo={{"kind": "webhook", "url": {url!r}}})
+"""
+
+
+def server_saga_steps(api: SagaboardClient, site: Site) -> None:
     """Through the API: a saga sagaboard runs, whose undos are a handler nobody registered,
     a webhook to a javascript: URL (a payload-named policy asks for approval) and a shell
-    command (always approved first); the last step fails and the agent asks to roll back."""
+    command (always approved first); the last step fails and the agent asks to roll back.
+    The API refuses the first two when added (they cannot run here), so they are stored
+    as a saga kept from before that check would be: written into the database."""
     sid = "xss-server"
     undos = [
-        (HANDLER_TOOL, {"kind": "handler", "handler": HANDLER}),
-        (WEBHOOK_TOOL, {"kind": "webhook", "url": JS_URL}),
+        (HANDLER_TOOL, {"kind": "handler", "handler": "storebot.return_item"}),
+        (WEBHOOK_TOOL, {"kind": "webhook", "url": "https://127.0.0.1:9/undo"}),
         (COMMAND_TOOL, COMMAND),
     ]
     for tool, undo in undos:
@@ -253,6 +264,10 @@ def server_saga_steps(api: SagaboardClient) -> None:
         api.complete_step(sid, step["id"], STEP_OUTPUT)
     failing = api.add_step(sid, FAILING_TOOL, STEP_INPUT)
     api.fail_step(sid, failing["id"], STEP_ERROR)
+    stored = STORED_BEFORE.format(
+        handler_tool=HANDLER_TOOL, handler=HANDLER, webhook_tool=WEBHOOK_TOOL, url=JS_URL
+    )
+    manage(site.server.database_url, "shell", "-c", stored)
     api.rollback(sid, ROLLBACK_REASON, actor=API_ACTOR)
 
 
@@ -330,7 +345,7 @@ def test_hostile_text_from_agents_and_people_stays_text_everywhere_under_a_stric
                   options={"on_compensation_failure": "continue"}, actor=API_ACTOR)  # fmt: skip
         detail = root.tab("/sagas/shop/xss-server/")
         detail.mark()
-        server_saga_steps(api)
+        server_saga_steps(api, site)
 
     # The approval queue: the shell command first (newest undo), then the webhook.
     expect(queue.page.locator("#approval-items li.approval")).to_have_count(1)
@@ -342,7 +357,8 @@ def test_hostile_text_from_agents_and_people_stays_text_everywhere_under_a_stric
     decide_by_keyboard(queue, WEBHOOK_TOOL, APPROVE_REASON, "approve")
     queue.assert_not_reloaded()
 
-    # The webhook cannot be posted and the handler is not registered: both undos fail.
+    # The webhook's URL is not http(s) and the handler is not registered: neither can run
+    # here, so both undos fail (the plan and the queue said so before anyone approved).
     failures = attention.page.locator("li.failure")
     expect(failures).to_have_count(3)  # two of the server's saga, one of the agent's
     assert_inert(attention, HANDLER_TOOL, WEBHOOK_TOOL, CLIENT_TOOL_A, HANDLER,
@@ -365,7 +381,9 @@ def test_hostile_text_from_agents_and_people_stays_text_everywhere_under_a_stric
             detail.page.reload()
         expect(listing.page.locator("#saga-rows tr")).to_have_count(2)
         assert_inert(listing, SERVER_NAME, CLIENT_NAME, CLIENT_ID)
-        expect(detail.page.locator("h1 > .status")).to_have_text("ROLLED_BACK")
+        expect(detail.page.locator("h1 > .status")).to_have_text(
+            "ROLLED BACK with exceptions (1 rejected, 2 resolved by hand)"
+        )
         assert_inert(detail, SERVER_NAME, HANDLER_TOOL, WEBHOOK_TOOL, COMMAND_TOOL,
                      FAILING_TOOL, *INPUT_TEXT, *OUTPUT_TEXT, STEP_ERROR, HANDLER,
                      REJECT_REASON, APPROVE_REASON, RESOLVE_REASON, API_ACTOR)  # fmt: skip
