@@ -38,6 +38,7 @@ __all__ = [
     "INT64_MIN",
     "change_problem",
     "check_change",
+    "check_counters",
     "json_text",
     "safe_text",
     "unstorable",
@@ -63,6 +64,17 @@ def json_text(value: Any) -> str:
     if not text.isascii():
         text.encode("utf-8")
     return text
+
+
+def check_counters(change: SagaChange) -> None:
+    """``OverflowError`` if one of the engine's integers is outside 64 bits (the fast path)."""
+    r, s = change.saga, change.step
+    counters = [r.seq, r.next_step_number, change.event.seq]
+    if s is not None:
+        counters.append(s.position)
+        counters += [a.number for a in s.compensation_attempts]
+    if not all(INT64_MIN <= n <= INT64_MAX for n in counters):
+        raise OverflowError("a counter of the transition is outside 64 bits")
 
 
 def safe_text(text: str) -> str:

@@ -30,7 +30,7 @@ from .records import (
     SagaSnapshot,
     StepSnapshot,
 )
-from .serialize import INT64_MAX, INT64_MIN, json_text, unstorable
+from .serialize import INT64_MAX, INT64_MIN, check_counters, json_text, unstorable
 from .states import SagaStatus, StepState
 from .storage import UNFINISHED_STATUSES, SagaChange
 
@@ -224,6 +224,7 @@ class SQLiteStore:
     def _rows(change: SagaChange) -> tuple[tuple[Any, ...] | None, tuple[Any, ...]]:
         """The ``undo_sagas`` row (only for a saga-level change) and the journal row."""
         r, step, e = change
+        check_counters(change)
         tail = {"next_step_number": r.next_step_number, "failed_step": r.failed_step}
         if r.state is not None:
             tail["state"] = r.state

@@ -19,7 +19,7 @@ from ..records import (
     SagaSnapshot,
     StepSnapshot,
 )
-from ..serialize import INT64_MAX, INT64_MIN, json_text, unstorable
+from ..serialize import check_counters, json_text, unstorable
 from ..states import SagaStatus, StepState
 from ..storage import SagaChange
 
@@ -143,21 +143,10 @@ def encode_event(change: SagaChange) -> str:
     """
     try:
         text = json_text(change_to_event(change))
-        _check_counters(change)
+        check_counters(change)
     except (TypeError, ValueError, OverflowError) as err:
         raise unstorable(change, err) from err
     return text
-
-
-def _check_counters(change: SagaChange) -> None:
-    """The engine's integers fit the server's 64-bit columns (a value's own may be larger)."""
-    r, s = change.saga, change.step
-    counters = [r.seq, r.next_step_number]
-    if s is not None:
-        counters.append(s.position)
-        counters += [a.number for a in s.compensation_attempts]
-    if not all(INT64_MIN <= n <= INT64_MAX for n in counters):
-        raise OverflowError("a counter is outside 64 bits")
 
 
 # ---------------------------------------------------------------- reading back
