@@ -68,12 +68,13 @@ def json_text(value: Any) -> str:
 
 def check_counters(change: SagaChange) -> None:
     """``OverflowError`` if one of the engine's integers is outside 64 bits (the fast path)."""
-    r, s = change.saga, change.step
-    counters = [r.seq, r.next_step_number, change.event.seq]
-    if s is not None:
-        counters.append(s.position)
-        counters += [a.number for a in s.compensation_attempts]
-    if not all(INT64_MIN <= n <= INT64_MAX for n in counters):
+    r, s, e = change
+    fits = INT64_MIN <= r.seq <= INT64_MAX and INT64_MIN <= r.next_step_number <= INT64_MAX
+    if fits and s is not None:
+        fits = INT64_MIN <= s.position <= INT64_MAX and all(
+            INT64_MIN <= a.number <= INT64_MAX for a in s.compensation_attempts
+        )
+    if not (fits and INT64_MIN <= e.seq <= INT64_MAX):
         raise OverflowError("a counter of the transition is outside 64 bits")
 
 

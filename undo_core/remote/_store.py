@@ -243,7 +243,7 @@ class SagaboardStore:
                 self._cond.notify_all()
         log.log(
             logging.ERROR if first else logging.WARNING,
-            "event %s of saga %s is not sent to sagaboard: %s",
+            "event %r of saga %r is not sent to sagaboard: %s",
             event_id(change),
             saga_id,
             err,
@@ -558,8 +558,7 @@ class SagaboardStore:
         """A later event of a saga whose earlier event was refused: not sent (module doc)."""
         with self._cond:
             self._counts["dropped_after_refusal"] += 1
-        event_id = _event_of(item.payload).get("event_id")
-        log.debug("event %s not sent: an earlier event of its saga was refused", event_id)
+        log.debug("event %r not sent: an earlier event of its saga was refused", _id_of(item))
         self._resolve(item.number, sent=0)
 
     def _deliver(self, items: list[Item], *, grow: bool) -> None:
@@ -640,7 +639,7 @@ class SagaboardStore:
         event = _event_of(item.payload)
         saga_id = _saga_of(item.payload)
         log.error(
-            "sagaboard will not get event %s of saga %s (%s): it is dropped with the saga's "
+            "sagaboard will not get event %r of saga %r (%s): it is dropped with the saga's "
             "later events; the other sagas' events go on",
             event.get("event_id"),
             saga_id,
@@ -701,13 +700,19 @@ def _event_of(payload: str) -> dict[str, Any]:
     return event if isinstance(event, dict) else {"event_id": None, "payload": payload[:200]}
 
 
-def _saga_of(payload: str) -> str | None:
-    """The saga id of a queued event, read from its leading ``event_id`` (no full parse)."""
+def _id_of(item: Item) -> str | None:
+    """The ``event_id`` of a queued event, read from the start of its text (no full parse)."""
     try:
-        eid, _ = _DECODER.raw_decode(payload, _EVENT_ID_AT)
+        eid, _ = _DECODER.raw_decode(item.payload, _EVENT_ID_AT)
     except (ValueError, IndexError):
-        eid = _event_of(payload).get("event_id")
-    return eid.rpartition(":")[0] if isinstance(eid, str) else None
+        eid = _event_of(item.payload).get("event_id")
+    return eid if isinstance(eid, str) else None
+
+
+def _saga_of(payload: str) -> str | None:
+    """The saga id of a queued event: its ``event_id`` is ``"<saga id>:<seq>"``."""
+    eid = _id_of(Item(0, payload))
+    return eid.rpartition(":")[0] if eid is not None else None
 
 
 _open_stores: set[SagaboardStore] = set()
