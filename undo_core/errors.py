@@ -13,7 +13,7 @@ The tree::
     ├── StepTimeoutError           (also TimeoutError) execute or undo exceeded its timeout
     ├── GateError                                      an approval gate answered nonsense
     └── StoreError                                     the store could not read or write
-        ├── SerializationError     (also TypeError)    a value is not JSON-serialisable
+        ├── SerializationError     (also TypeError)    a value is not JSON, or not UTF-8 text
         └── LeaseError                                 another process owns the saga
 
 Non-callable ``execute``/``undo``/``run``/``compensate`` raise plain ``TypeError``.
