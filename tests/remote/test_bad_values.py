@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -324,3 +325,20 @@ def test_a_refusal_reaches_on_error_as_an_api_error_with_its_response(
     (err,) = reports
     assert isinstance(err, SagaboardAPIError) and (err.status, err.field) == (409, None)
     assert err.response is not None and err.response.status_code == 409
+
+
+def test_on_error_hears_of_a_bad_value_while_the_server_is_down(fake: Any, make_store: Any) -> None:
+    reports: list[StoreError] = []
+    store = make_store(on_error=lambda e, err: reports.append(err))
+    fake.mode = "down"
+    store.apply(bulk_change(1))
+    deadline = time.monotonic() + 5
+    while store.stats()["retried"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the sender is in its retry loop for this one
+    with pytest.raises(SagaRollbackError):
+        one_step_saga(store, {"path": LONE})
+    deadline = time.monotonic() + 5
+    while not reports and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(reports) == 1 and isinstance(reports[0], SerializationError)
+    assert fake.applied == []  # still down: the news did not wait for it

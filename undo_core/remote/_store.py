@@ -502,14 +502,8 @@ class SagaboardStore:
                     self._cond.wait(_IDLE_WAIT)
                 if self._stopping:
                     return None
-                reports, self._reports = self._reports, []
-            if reports:
-                self._tell(reports)
-                with self._cond:
-                    self._reports_done += len(reports)
-                    self._cond.notify_all()
-                continue
-            break
+            if not self._hand_over_reports():
+                break
         with self._cond:
             deadline = time.monotonic() + self._flush_interval
             while not self._stopping and len(self._queue) < self._batch_size:
@@ -522,6 +516,19 @@ class SagaboardStore:
             self._hurry.clear()  # an old flush() must not cut this batch's first backoff short
             suspect = self._suspect is not None and self._suspect[0] == self._queue.head()
             return self._queue.peek(1 if suspect else self._batch_size, _MAX_BATCH_BYTES)
+
+    def _hand_over_reports(self) -> bool:
+        """Call on_error for what apply() reported (also between retries: an outage must not
+        delay news of a local failure); ``True`` if there was any."""
+        with self._cond:
+            reports, self._reports = self._reports, []
+        if not reports:
+            return False
+        self._tell(reports)
+        with self._cond:
+            self._reports_done += len(reports)
+            self._cond.notify_all()
+        return True
 
     def _screen(self, items: list[Item]) -> list[Item]:
         """The leading events of ``items`` that may be sent; unsendable ones at the head are
@@ -579,6 +586,7 @@ class SagaboardStore:
             attempt += 1
             with self._cond:
                 self._counts["retried"] += 1
+            self._hand_over_reports()
             if not self._pause(self._backoff(attempt), answer.retry_after):
                 return
             if grow:  # same head, maybe more behind it now: order is unchanged
