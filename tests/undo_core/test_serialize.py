@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from undo_core import (
+    MemoryStore,
     Saga,
+    SagaChange,
     SagaRollbackError,
     SagaStatus,
     SerializationError,
@@ -18,7 +20,7 @@ from undo_core import (
     define_saga,
     define_tool,
 )
-from undo_core.serialize import json_text, safe_text, value_problem
+from undo_core.serialize import check_change, json_text, safe_text, value_problem
 
 LONE = os.fsdecode(b"\xff")  # "\udcff"
 
@@ -107,3 +109,24 @@ def test_sqlite_store_names_a_declarative_state_with_a_lone_surrogate(tmp_path: 
         assert err.field == "state" and err.step_id is None
         assert str(err).startswith("state of saga 'scan'")
         assert "state['names'][0] holds a lone surrogate" in str(err)
+
+
+def test_check_change_lets_a_custom_store_refuse_what_the_built_in_stores_refuse() -> None:
+    class Strict(MemoryStore):
+        """A custom store: MemoryStore, but refusing what could not be persisted elsewhere."""
+
+        def apply(self, change: SagaChange) -> None:
+            check_change(change)
+            super().apply(change)
+
+    store = Strict()
+    tool = define_tool("rename", lambda x: {"to": x["to"]}, lambda out, x: None)
+    good = Saga("renames", store=store)
+    good.execute(tool, {"to": "a.txt"})
+    bad = Saga("renames", store=store)
+    with pytest.raises(SagaRollbackError) as caught:
+        bad.execute(tool, {"to": LONE})
+    err = caught.value.cause
+    assert isinstance(err, SerializationError) and (err.step_id, err.field) == ("step-1", "input")
+    loaded = store.load(good.id)
+    assert loaded is not None and [s.tool_name for s in loaded.steps] == ["rename"]
