@@ -23,7 +23,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from sagaboard import operations, overview, sagas, selectors
+from sagaboard import operations, overview, runner, sagas, selectors
 from sagaboard.asgi import application
 from sagaboard.models import Event, Project, Saga, Step
 from sagaboard.realtime import stop_all
@@ -313,6 +313,21 @@ def test_retention_dry_run_and_delete_go_by_when_the_server_stored_the_saga(
     real = retention_run(older_than=timedelta(days=90))
     assert real.sagas == 2
     assert list(Saga.objects.values_list("pk", flat=True)) == [kept_9999.pk]
+
+
+def test_the_sweep_for_lost_work_goes_by_when_the_server_stored_the_change(
+    world: dict[str, Any],
+) -> None:
+    engine = EngineSaga("checkout", saga_id="lost", store=DjangoStore(world["shop"]))
+    engine.execute(RESERVE, {})
+    engine.release()
+    lost = Saga.objects.filter(saga_id="lost")
+    lost.update(status="COMPENSATING", lease_owner=None, lease_expires_at=None)
+    now = timezone.now()
+    lost.update(updated_at=now - timedelta(days=1), changed_at=now)  # stored just now
+    assert ("saga", lost.get().pk) not in runner.orphaned_work(stale_seconds=30)
+    lost.update(updated_at=now + timedelta(days=1), changed_at=now - timedelta(minutes=1))
+    assert ("saga", lost.get().pk) in runner.orphaned_work(stale_seconds=30)
 
 
 # ------------------------------------------------------------------ showing the agent's times
