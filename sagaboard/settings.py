@@ -40,8 +40,9 @@ def _env_list(name: str, default: str = "") -> list[str]:
 
 
 def _env_seconds(name: str, default: str) -> float:
-    """A non-negative number of seconds; anything else stops the start, naming the variable."""
-    raw = os.environ.get(name, default).strip()
+    """A number of seconds, 0 or more (unset or empty: ``default``); anything else stops the
+    start with an error naming the variable, rather than a bare ValueError."""
+    raw = os.environ.get(name, "").strip() or default
     try:
         value = float(raw)
     except ValueError:

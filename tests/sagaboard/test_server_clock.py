@@ -455,10 +455,13 @@ def test_a_bad_clock_skew_setting_stops_the_start_naming_the_variable(value: str
     assert "ImproperlyConfigured" in done.stderr and "SAGABOARD_CLOCK_SKEW" in done.stderr
 
 
-def test_the_clock_skew_setting_takes_seconds() -> None:
-    env = {**os.environ, "SAGABOARD_CLOCK_SKEW": " 12.5 "}
+@pytest.mark.parametrize(("value", "seconds"), [(" 12.5 ", "12.5"), ("", "300.0")])
+def test_the_clock_skew_setting_takes_seconds_and_defaults_to_five_minutes(
+    value: str, seconds: str
+) -> None:
+    env = {**os.environ, "SAGABOARD_CLOCK_SKEW": value}
     done = subprocess.run(
         [sys.executable, "-c", "import sagaboard.settings as s; print(s.SAGABOARD_CLOCK_SKEW)"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert done.returncode == 0 and done.stdout.strip() == "12.5", done.stderr
+    assert done.returncode == 0 and done.stdout.strip() == seconds, done.stderr
