@@ -242,6 +242,8 @@ def _summary(saga: Saga) -> dict[str, Any]:
         "driver": saga.driver,
         "created_at": saga.created_at,
         "updated_at": saga.updated_at,
+        "received_at": saga.received_at,
+        "changed_at": saga.changed_at,
         "seq": saga.seq,
         "next_step_number": saga.next_step_number,
         "options": saga.options,
@@ -275,6 +277,7 @@ def _step(step: Step) -> dict[str, Any]:
         "created_at": step.created_at,
         "updated_at": step.updated_at,
         "completed_at": step.completed_at,
+        "changed_at": step.changed_at,
         "attempts": list(step.attempts.all()),
         "decision_note": step.decision_note,
         "decided_by": step.decided_by,
@@ -332,6 +335,7 @@ def list_saga_events(
             "from_state": e.from_state,
             "to_state": e.to_state,
             "at": e.at,
+            "recorded_at": e.recorded_at,
             "actor": e.actor,
             "detail": e.detail,
         }
@@ -466,6 +470,9 @@ def list_sagas(
 ) -> Any:
     """Sagas newest first, filtered; follow ``next_cursor`` for the next page.
 
+    "Newest", ``updated_after`` and ``updated_before`` go by the server's clock: when it
+    last stored a change to the saga (``changed_at``), not the ``updated_at`` the agent
+    reported.
     ``outcome``: only rollbacks that came to rest CLEAN or WITH_EXCEPTIONS; ``waiting``:
     only sagas whose rollback waits for a person.
     """

@@ -311,6 +311,12 @@ class SagaActionIn(StrictSchema):
     _clean = field_validator("reason", "actor")(_no_nul)
 
 
+_AS_REPORTED = (
+    "As the agent (or engine) reported it: shown, never trusted; the server's own times are "
+    "received_at and changed_at."
+)
+
+
 class Out(BaseModel):
     """Responses: plain pydantic too; reads attributes of ORM rows where given them."""
 
@@ -349,7 +355,8 @@ class EventOut(Out):
     tool_name: str | None
     from_state: str | None
     to_state: str
-    at: datetime
+    at: datetime = Field(description="When it happened, as the agent (or engine) reported it.")
+    recorded_at: datetime = Field(description="When this server stored it, by its own clock.")
     actor: str | None
     detail: str | None
 
@@ -383,9 +390,12 @@ class StepOut(Out):
     reversibility: str
     idempotency_key: str
     undo: dict[str, Any]
-    created_at: datetime | None
-    updated_at: datetime | None
-    completed_at: datetime | None
+    created_at: datetime | None = Field(description=_AS_REPORTED)
+    updated_at: datetime | None = Field(description=_AS_REPORTED)
+    completed_at: datetime | None = Field(description=_AS_REPORTED)
+    changed_at: datetime = Field(
+        description="When this server last stored a move of the step, by its own clock."
+    )
     attempts: list[AttemptOut]
     decision_note: str | None
     decided_by: str | None
@@ -422,8 +432,15 @@ class SagaSummaryOut(Out):
         '(1 rejected)"'
     )
     driver: str
-    created_at: datetime
-    updated_at: datetime
+    created_at: datetime = Field(description=_AS_REPORTED)
+    updated_at: datetime = Field(description=_AS_REPORTED)
+    received_at: datetime = Field(
+        description="When this server first stored the saga, by its own clock."
+    )
+    changed_at: datetime = Field(
+        description="When this server last stored a change to the saga or its steps, by its "
+        "own clock: lists are newest first by it, and updated_after/updated_before filter on it."
+    )
     seq: int
     next_step_number: int
     options: dict[str, Any]

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from sagaboard import notifications, outcomes
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
@@ -63,6 +64,8 @@ class DjangoStore:
 
         ``check_lease=False`` is for mirrored sagas, whose leases live in the agent;
         the sequence number is checked either way, so a stale writer never wins.
+        The server's clock, not the record's, stamps ``received_at`` / ``changed_at``
+        and the event's ``recorded_at`` (one reading for all three).
         """
         record, step, event = change
         with transaction.atomic():
@@ -71,11 +74,14 @@ class DjangoStore:
                 .filter(project=self.project, saga_id=record.id)
                 .first()
             )
+            now = timezone.now()  # read under the lock: writers of one saga get rising times
             if saga is None:
                 saga = Saga(project=self.project, saga_id=record.id, driver=self.driver)
+                saga.received_at = now
             else:
                 fence(saga, record, check_lease=check_lease)
             copy_saga(saga, record)
+            saga.changed_at = now
             found = _outcome(saga, step)
             saga.save()
             if step is not None:
@@ -83,17 +89,17 @@ class DjangoStore:
                     saga=saga, step_id=step.id
                 )
                 copy_step(row, step, driver=saga.driver)
+                row.changed_at = now
                 row.save()
                 if step.compensation_attempts:  # most transitions carry none: no query
                     known = set(row.attempts.values_list("number", flat=True))
                     CompensationAttempt.objects.bulk_create(new_attempts(row.pk, step, known))
                 if event.to_state == StepState.ROLLBACK_FAILED and event.step_id == step.id:
-                    notifications.notify_rollback_failed(
-                        saga, row
-                    )  # in this transaction: an outbox row
+                    notifications.notify_rollback_failed(saga, row)  # an outbox row, here
             if event.step_id is None and event.to_state == SagaStatus.ROLLED_BACK:
                 notifications.notify_rolled_back(saga, found)
-            return Event.objects.create(**event_fields(saga, event, client_event_id, digest))
+            fields = event_fields(saga, event, client_event_id, digest)
+            return Event.objects.create(**fields, recorded_at=now)
 
     # ------------------------------------------------------------ leases
 
@@ -134,7 +140,7 @@ class DjangoStore:
     def list_unfinished(self) -> list[str]:
         return list(
             Saga.objects.filter(project=self.project, status__in=UNFINISHED)
-            .order_by("created_at")
+            .order_by("received_at", "pk")
             .values_list("saga_id", flat=True)
         )
 

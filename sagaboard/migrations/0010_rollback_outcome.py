@@ -43,7 +43,7 @@ def backfill(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sagaboard", "0007_heartbeat"),
+        ("sagaboard", "0008_server_clock"),
     ]
 
     operations = [
@@ -75,13 +75,13 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name="saga",
             index=models.Index(
-                fields=["project", "outcome", "-updated_at", "-id"], name="saga_project_outcome"
+                fields=["project", "outcome", "-changed_at", "-id"], name="saga_project_outcome"
             ),
         ),
         migrations.AddIndex(
             model_name="saga",
             index=models.Index(
-                fields=["project", "waiting_for", "-updated_at", "-id"],
+                fields=["project", "waiting_for", "-changed_at", "-id"],
                 name="saga_project_waiting",
             ),
         ),

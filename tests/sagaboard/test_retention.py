@@ -114,7 +114,8 @@ def rejected_then_rolled_back(project: Project, saga_id: str) -> Saga:
 
 
 def age(*sagas: Saga, by: timedelta = OLD) -> None:
-    Saga.objects.filter(pk__in=[s.pk for s in sagas]).update(updated_at=timezone.now() - by)
+    """Stored ``by`` ago by the server's clock (what retention reads)."""
+    Saga.objects.filter(pk__in=[s.pk for s in sagas]).update(changed_at=timezone.now() - by)
 
 
 def related_counts(pks: list[int]) -> dict[str, int]:
