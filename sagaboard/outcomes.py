@@ -21,7 +21,10 @@ from undo_core import RollbackAssessment, SagaStatus, StepFacts, StepState, asse
 ROLLING = frozenset({SagaStatus.COMPENSATING, SagaStatus.ROLLED_BACK, SagaStatus.ROLLBACK_FAILED})
 """Statuses whose outcome depends on the steps; any other has none (and costs no query)."""
 
-_FACTS = ("saga_id", "step_id", "tool_name", "state", "has_undo", "left_at", "decision_note")
+_FACTS = (
+    "saga_id", "step_id", "tool_name", "state", "has_undo", "left_at", "decision_note",
+    "left_reason",
+)  # fmt: skip
 
 
 OPERATOR_STATES = (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT)
@@ -56,7 +59,7 @@ def _row_facts(row: Mapping[str, Any]) -> StepFacts:
         StepState(row["state"]),
         bool(row["has_undo"]),
         row["left_at"] is not None,
-        row["decision_note"],
+        row["decision_note"] or row["left_reason"],
     )
 
 
