@@ -126,7 +126,7 @@ class Saga(models.Model):
 
     Kept by every write path (``sagaboard.outcomes``), so lists can filter and count by it.
     """
-    outcome_summary = models.CharField(max_length=200, blank=True, default="")
+    outcome_summary = models.CharField(max_length=200, blank=True, default="", db_default="")
     """The exceptions counted by kind, e.g. "1 rejected" ('' for none)."""
     waiting_for = models.CharField(
         max_length=10, null=True, blank=True, choices=[(w.value, w.value) for w in WaitingFor]
