@@ -154,6 +154,7 @@ def test_a_rejected_undo_reads_as_with_exceptions_and_the_plan_says_cannot_run_h
     item = ann.locator("#approval-items li.approval")  # stored-1's refund: the only one
     expect(item).to_have_count(1)
     expect(item.locator(".cannot-run")).to_contain_text("Cannot run here: a 'client' undo")
+    expect(item).not_to_contain_text("The agent runs the undo")  # no agent runs this saga
     approve = item.get_by_role("button", name="Approve (it cannot run here: it will fail)")
     expect(approve).to_be_visible()
     tab.screenshot("outcome-queue.png")
