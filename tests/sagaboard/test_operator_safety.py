@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 from hitl import person, storebot_server_saga
 
-from sagaboard import consumers, runner, tasks
+from sagaboard import consumers, runner, tasks, tokens
 from sagaboard.models import Approval, AuditEntry, Project, Saga, Step
 from sagaboard.present import json_text
 
@@ -77,7 +77,8 @@ class _Forms(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = dict(attrs)
         classes = (a.get("class") or "").split()
-        if tag == "form" and {"decide", "act", "bulk"} & set(classes):
+        revoke = "/revoke/" in (a.get("action") or "")  # a token's revocation: irreversible
+        if tag == "form" and ({"decide", "act", "bulk"} & set(classes) or revoke):
             self._open = {"classes": classes, "buttons": []}
             self.forms.append(self._open)
         elif tag == "button" and self._open is not None and a.get("type") == "submit":
@@ -107,7 +108,9 @@ def test_enter_in_any_decision_form_presses_a_disabled_button(shop: Project) -> 
         "/approvals/": 3,  # two items and the bulk form
         "/attention/": 4,  # two failures, the group's bulk form, the selection's bulk form
         "/sagas/shop/f-1/": 1,  # the failed step's actions
+        "/tokens/": 1,  # revoking a token
     }
+    tokens.token_create(project=shop, label="bot")
     for url, expected in pages.items():
         forms = decision_forms(client.get(url).content.decode())
         assert len(forms) == expected, url
