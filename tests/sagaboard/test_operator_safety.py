@@ -357,3 +357,19 @@ def test_a_refused_action_keeps_its_own_404_message(shop: Project, settings: Any
         response.status_code == 404 and "no such step in your projects" in response.content.decode()
     )
     assert "<h1>Not found</h1>" not in response.content.decode()
+
+
+@pytest.mark.parametrize("debug", [False, True])
+async def test_unknown_pages_answer_the_products_404_page_under_asgi(
+    settings: Any, debug: bool
+) -> None:
+    """The web processes serve ASGI: the same page through the async middleware chain."""
+    from django.test import AsyncClient
+
+    settings.DEBUG = debug
+    response = await AsyncClient().get("/no-such-page/")
+    page = response.content.decode()
+    assert response.status_code == 404 and "<h1>Not found</h1>" in page
+    assert "Back to the sagas" in page and "URLconf" not in page
+    api = await AsyncClient().get("/api/v1/no-such-thing")
+    assert api.status_code == 404 and api.json()["error"]["code"] == "not_found"
