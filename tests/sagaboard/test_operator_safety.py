@@ -192,6 +192,20 @@ def test_a_bulk_approval_whose_undo_ran_reports_the_undo(
     assert "approved, and the undo ran: ROLLED_BACK" in page
 
 
+def test_a_four_eyes_vote_is_reported_waiting_for_another_approver(shop: Project) -> None:
+    approval = waiting(shop)
+    Approval.objects.filter(pk=approval.pk).update(required=2)
+    response = login("approver", shop).post(
+        "/approvals/bulk/",
+        {"approval": [approval.pk], "decision": "approve", "reason": "one of two"},
+        headers=HTMX,
+    )
+    page = response.content.decode()
+    assert "Approve, 1 selected: 1 waiting for another approver." in page
+    assert "your approval is in (1 of 2)" in page
+    assert 'class="message info bulk-report"' in page
+
+
 def test_a_bulk_report_without_htmx_lists_each_item_as_a_message(shop: Project) -> None:
     one = failing(shop, "f-1")
     page = login("operator", shop).post(
