@@ -392,6 +392,12 @@ class ApprovalVote(models.Model):
         ]
         ordering = ["at"]
 
+    @property
+    def decided(self) -> str:
+        """The decision as a sentence says it ("approved by ann"): built from the verb with a
+        "d" it read "rejectd"."""
+        return {"approve": "approved", "reject": "rejected"}.get(self.decision, self.decision)
+
 
 class Notification(models.Model):
     """An outgoing webhook (an outbox row): sent by a worker, signed, retried until delivered."""
