@@ -83,16 +83,17 @@ def _settle_bounds(node: Any) -> None:
 
 
 def _document_errors(operation: dict[str, Any]) -> None:
+    # ninja keys responses by int status until the schema is rendered as JSON.
     responses = operation["responses"]
-    if operation.get("security") is not None or "401" in responses:
+    statuses = {str(status): status for status in responses}
+    authenticated = operation.get("security") is not None or "401" in statuses
+    if authenticated and "429" not in statuses:
         # Any authenticated operation may answer 429: bad tokens are counted per address.
-        responses.setdefault(
-            "429",
-            {
-                "description": "Too many failed authentications from this address",
-                "content": {"application/json": {"schema": dict(_ERROR_REF)}},
-            },
-        )
+        responses[429] = {
+            "description": "Too many failed authentications from this address",
+            "content": {"application/json": {"schema": dict(_ERROR_REF)}},
+        }
+        statuses["429"] = 429
     for status, headers in _HEADERS.items():
-        if status in responses:
-            responses[status].setdefault("headers", {}).update(headers)
+        if status in statuses:
+            responses[statuses[status]].setdefault("headers", {}).update(headers)
