@@ -142,10 +142,10 @@ EventId = identifier(200)
 """The client's idempotency key for one event or call."""
 SagaId = identifier(100)
 ToolName = identifier(200)
-Text = Annotated[str, AfterValidator(_free_text)]
-"""An id or a filter in a path or a query: NUL and lone surrogates are refused (nothing
-stored holds them); other characters are looked up as sent, so ids stored before the
-text policy stay reachable."""
+Text = Annotated[str, Field(max_length=200), AfterValidator(_free_text)]
+"""An id or a filter in a path or a query, at most 200 characters (the longest stored id):
+NUL and lone surrogates are refused (nothing stored holds them); other characters are
+looked up as sent, so ids stored before the text policy stay reachable."""
 
 
 class StrictSchema(BaseModel):

@@ -4,6 +4,7 @@ break before, and must stay a JSON 4xx that changes nothing."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -440,3 +441,84 @@ def test_a_lone_surrogate_anywhere_in_an_event_is_refused_naming_it(
     response = raw("/events", {"events": tampered(index, path, "@")}, '"\\udc80"')
     assert "lone surrogate" in refused_with_nothing_stored(response, f"events[{index}].{path}")
     assert DatabaseState.changed(before, digests()) == []
+
+
+# ---------------------------------------------------------------- what the schema says
+
+
+def _open_bounds(name: str, node: dict[str, Any], where: str) -> list[str]:
+    """Where an input schema leaves a string, an integer or an array unbounded."""
+    branches = node.get("anyOf", [node])
+    found = []
+    for branch in branches:
+        kind = branch.get("type")
+        if kind == "string" and not {"enum", "const", "format"} & set(branch):
+            if "maxLength" not in branch:
+                found.append(f"{where}: no maxLength")
+        elif kind == "integer" and not {"minimum", "maximum"} <= set(branch):
+            found.append(f"{where}: no minimum/maximum")
+        elif kind == "array" and "maxItems" not in branch:
+            found.append(f"{where}: no maxItems")
+    return found
+
+
+def test_the_schema_bounds_every_input_string_integer_and_list(api: Any, settings: Any) -> None:
+    settings.SAGABOARD_MAX_VALUE_SIZE = 4321  # the schema states the current settings
+    settings.SAGABOARD_API_MAX_BATCH = 77
+    schema = api.get("/openapi.json").json()
+    components = schema["components"]["schemas"]
+    unbounded = []
+    for name, model in components.items():
+        if name.endswith("In"):
+            for field, node in model.get("properties", {}).items():
+                unbounded += _open_bounds(name, node, f"{name}.{field}")
+    for path, ops in schema["paths"].items():
+        for method, op in ops.items():
+            for param in op.get("parameters", []):
+                if param["name"] != "status":  # a list of enum values
+                    where = f"{method} {path} {param['name']}"
+                    unbounded += _open_bounds(param["name"], param["schema"], where)
+    assert unbounded == []
+    error = components["StepIn"]["properties"]["error"]["anyOf"][0]
+    assert error["maxLength"] == 4321
+    assert components["EventBatchIn"]["properties"]["events"]["maxItems"] == 77
+
+
+def test_output_schemas_use_enums_for_statuses_states_kinds_and_outcomes(api: Any) -> None:
+    components = api.get("/openapi.json").json()["components"]["schemas"]
+
+    def ref(model: str, field: str) -> str:
+        node = components[model]["properties"][field]
+        return json.dumps(node)
+
+    assert "#/components/schemas/SagaStatus" in ref("SagaSummaryOut", "status")
+    assert "#/components/schemas/StepState" in ref("StepOut", "state")
+    assert "#/components/schemas/AttemptOutcome" in ref("AttemptOut", "outcome")
+    assert "#/components/schemas/EventKind" in ref("EventOut", "kind")
+    assert "#/components/schemas/StepState" in ref("DecisionOut", "state")
+    assert "#/components/schemas/StepState" in ref("AckOut", "state")
+    for model, field in [("SagaSummaryOut", "driver"), ("StepOut", "reversibility"),
+                         ("ApprovalOut", "status"), ("EventResultOut", "status")]:  # fmt: skip
+        assert '"enum"' in ref(model, field), (model, field)
+
+
+def test_every_operation_documents_429_and_a_401_challenge_that_each_401_carries(
+    api: Any, client: Client
+) -> None:
+    schema = api.get("/openapi.json").json()
+    operations = 0
+    for path, ops in schema["paths"].items():
+        for method, op in ops.items():
+            responses = op["responses"]
+            assert "Retry-After" in responses["429"]["headers"], (method, path)
+            challenge = responses["401"]["headers"]["WWW-Authenticate"]["schema"]
+            assert challenge["enum"] == ['Bearer realm="sagaboard"']
+            url = re.sub(r"\{[^}]+\}", "1", path)
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                answer = client.generic(
+                    method.upper(), url, "{}", content_type="application/json", headers=headers
+                )
+                assert answer.status_code == 401, (method, path)
+                assert answer["WWW-Authenticate"] == 'Bearer realm="sagaboard"', (method, path)
+            operations += 1
+    assert operations >= 15
