@@ -434,7 +434,8 @@ class ErrorOut(Out):
 OperatorKind = Annotated[
     str,
     Field(
-        pattern=r"^[a-z_]+(\.[a-z_]+)+$",
+        # Documented, not enforced on the way out: an answer never fails on a new action.
+        json_schema_extra={"pattern": r"^[a-z_]+(\.[a-z_]+)+$"},
         description="An operator's or the server's action on the record, as in the audit "
         "log: approval.requested, step.retry, undo.refused...",
     ),
