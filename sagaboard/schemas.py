@@ -64,7 +64,7 @@ def utc_overflows(value: str) -> bool:
     if value[:4] not in ("0001", "9999"):
         return False
     try:
-        datetime.fromisoformat(value).astimezone(UTC)
+        datetime.fromisoformat(value.upper()).astimezone(UTC)
     except OverflowError:
         return True
     except ValueError:
@@ -114,16 +114,9 @@ def identifier(max_length: int) -> Any:
     ]
 
 
-def free_text(max_length: int | None = None, min_length: int | None = None) -> Any:
-    """Free text kept as sent (``sagaboard.text_policy``); without ``max_length`` it is
-    bounded by ``SAGABOARD_MAX_VALUE_SIZE``, which the OpenAPI schema states."""
-    extra = None if max_length is not None else _VALUE_SIZE
-    field = Field(
-        min_length=min_length,
-        max_length=max_length,
-        description=_TEXT_POLICY,
-        json_schema_extra=extra,  # type: ignore[arg-type]
-    )
+def free_text(max_length: int, min_length: int | None = None) -> Any:
+    """Free text kept as sent (``sagaboard.text_policy``) of at most ``max_length``."""
+    field = Field(min_length=min_length, max_length=max_length, description=_TEXT_POLICY)
     return Annotated[str, field, AfterValidator(_free_text)]
 
 

@@ -256,7 +256,11 @@ def refused_with_nothing_stored(response: Any, field: str, index: int | None = N
     return str(error["message"])
 
 
-OVERFLOWING_TIMES = ["9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+05:00"]
+OVERFLOWING_TIMES = [
+    "9999-12-31T23:59:59-05:00",
+    "9999-12-31t23:30:00.123456-00:31",
+    "0001-01-01T00:00:00+05:00",
+]
 TIME_FIELDS = [
     (0, "event.at"),
     (0, "saga.created_at"),
