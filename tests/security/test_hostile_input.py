@@ -3,6 +3,7 @@ break before, and must stay a JSON 4xx that changes nothing."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from typing import Any
@@ -246,7 +247,7 @@ def tampered(index: int, path: str, value: Any) -> list[dict[str, Any]]:
     return events
 
 
-def refused_with_nothing_stored(response: Any, field: str, index: int | None = None) -> str:
+def refused_naming(response: Any, field: str, index: int | None = None) -> str:
     error = error_of(response, 422)
     assert error["code"] == "validation_error", error
     assert error["field"] == field, error
@@ -280,7 +281,7 @@ def test_an_event_time_past_the_utc_range_is_refused_naming_it(
 ) -> None:
     before = digests()
     response = api.post("/events", {"events": tampered(index, path, value)})
-    message = refused_with_nothing_stored(response, f"events[{index}].{path}", index)
+    message = refused_naming(response, f"events[{index}].{path}", index)
     assert "out of range" in message and "UTC" in message
     assert DatabaseState.changed(before, digests()) == []
     assert api.get("/sagas").json()["items"] == []
@@ -292,11 +293,31 @@ def test_a_list_filter_time_past_the_utc_range_is_refused_naming_it(
     api: Any, name: str, value: str
 ) -> None:
     api.post("/events", {"events": storebot_events()})
-    message = refused_with_nothing_stored(api.get("/sagas", **{name: value}), name)
+    message = refused_naming(api.get("/sagas", **{name: value}), name)
     assert "out of range" in message
     # The last representable instants still work.
     assert api.get("/sagas", **{name: "9999-12-31T23:59:59Z"}).status_code == 200
     assert api.get("/sagas", **{name: "0001-01-01T00:00:00Z"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        ["9999-12-31T23:59:59-05:00", 1],  # past UTC's range
+        ["2026-01-01T00:00:00+00:00", 2**64],  # past the id column
+        ["2026-01-01T00:00:00+00:00", -(2**64)],
+        ["2026-01-01T00:00:00+00:00", 1.5e300],
+        ["2026-01-01T00:00:00", 1],  # no offset
+    ],
+)
+def test_a_forged_list_cursor_past_the_columns_is_refused_naming_it(
+    api: Any, forged: list[Any]
+) -> None:
+    # The cursor is base64 JSON: a client can forge one; its values reached the query (500).
+    api.post("/events", {"events": storebot_events()})
+    cursor = base64.urlsafe_b64encode(json.dumps(forged).encode()).decode().rstrip("=")
+    message = refused_naming(api.get("/sagas", cursor=cursor), "cursor")
+    assert "not one this server issued" in message
 
 
 @pytest.mark.parametrize(
@@ -319,7 +340,7 @@ def test_an_integer_past_its_column_is_refused_naming_it(
     before = digests()
     response = api.post("/events", {"events": tampered(index, path, value)})
     field = f"events[{index}].{path}"
-    assert bound in refused_with_nothing_stored(response, field, index)
+    assert bound in refused_naming(response, field, index)
     assert DatabaseState.changed(before, digests()) == []
 
 
@@ -371,7 +392,7 @@ def test_a_number_past_a_double_in_a_manual_flow_value_is_refused_naming_it(
          "undo.args.x"),
     ]  # fmt: skip
     for path, body, field in cases:
-        assert "out of range" in refused_with_nothing_stored(raw(path, body, literal), field)
+        assert "out of range" in refused_naming(raw(path, body, literal), field)
     assert DatabaseState.changed(before, digests()) == []
 
 
@@ -387,7 +408,7 @@ def test_a_number_past_a_double_in_an_event_value_is_refused_naming_it(
     events = tampered(index, path, {"big": "@"})
     response = raw("/events", {"events": events}, "-1e999")
     field = f"events[{index}].{path}.big"
-    assert "out of range" in refused_with_nothing_stored(response, field, index)
+    assert "out of range" in refused_naming(response, field, index)
     assert DatabaseState.changed(before, digests()) == []
 
 
@@ -400,11 +421,11 @@ def test_a_lone_surrogate_in_a_manual_flow_input_is_refused_naming_it(api: Any, 
         ({"event_id": "a", "tool_name": "t", "input": {"path": "@"}}, "input.path"),
         ({"event_id": "a", "tool_name": "t", "input": {"files": ["ok", "@"]}}, "input.files[1]"),
     ]:
-        message = refused_with_nothing_stored(raw(f"/sagas/{saga}/steps", body, '"\\udc80"'), field)
+        message = refused_naming(raw(f"/sagas/{saga}/steps", body, '"\\udc80"'), field)
         assert "lone surrogate (U+DC80)" in message
     body = '{"event_id": "a", "tool_name": "t", "input": {"\\udc80": 1}}'  # as a key
     response = api.post_text(f"/sagas/{saga}/steps", body)
-    assert "key with a lone surrogate" in refused_with_nothing_stored(response, "input")
+    assert "key with a lone surrogate" in refused_naming(response, "input")
     assert DatabaseState.changed(before, digests()) == []
 
 
@@ -427,7 +448,7 @@ def test_a_lone_surrogate_in_stored_text_is_refused_naming_it(
     step = api.post(f"/sagas/{saga}/steps", {"event_id": "s0", "tool_name": "t"}).json()["id"]
     before = digests()
     response = raw(path.format(saga=saga, step=step), body, '"x\\udc80"')
-    assert "lone surrogate" in refused_with_nothing_stored(response, field)
+    assert "lone surrogate" in refused_naming(response, field)
     assert DatabaseState.changed(before, digests()) == []
 
 
@@ -443,7 +464,7 @@ def test_a_lone_surrogate_anywhere_in_an_event_is_refused_naming_it(
 ) -> None:
     before = digests()
     response = raw("/events", {"events": tampered(index, path, "@")}, '"\\udc80"')
-    assert "lone surrogate" in refused_with_nothing_stored(response, f"events[{index}].{path}")
+    assert "lone surrogate" in refused_naming(response, f"events[{index}].{path}")
     assert DatabaseState.changed(before, digests()) == []
 
 
