@@ -213,3 +213,13 @@ def test_the_visible_filter_escapes_text_and_marks_what_a_page_would_hide() -> N
     assert as_text(shown) == '<i>\u202e"x"  \u00a0' and "<i>" not in shown
     assert shown.count("invisible-char") == 3  # U+202E, the second space, the NBSP
     assert as_text(visible(" a ")) == " a " and visible(" a ").count("U+0020") == 2
+
+
+def test_nul_in_a_page_address_or_filter_is_a_4xx_not_a_database_error(root: Any) -> None:
+    # PostgreSQL cannot compare text with NUL: the saga page and the list's filters failed.
+    client = Client()
+    client.force_login(root)
+    assert client.get("/sagas/shop/a%00b/").status_code == 404
+    for name in ("q", "tool", "cursor"):
+        assert client.get("/", {name: "a\x00"}).status_code == 400, name
+    assert client.get("/", {"q": "a\ufffdb"}).status_code == 200
