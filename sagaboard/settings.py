@@ -157,6 +157,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # ``visible``: ids and names with invisible characters shown (text policy).
+            "builtins": ["sagaboard.templatetags.sagaboard_text"],
         },
     },
 ]
