@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from sagaboard import limits, notifications, outcomes
+from sagaboard import limits, notifications, rollback_outcomes
 from sagaboard.bulk import InSelect, Rows, round_trip, send_select, table
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from sagaboard.schemas import TransitionIn
@@ -191,8 +191,8 @@ class _Batch:
         a batch that only records forward steps.
         """
         dirty = [s for s in self.sagas.values() if getattr(s, "dirty", False)]
-        rolling = {id(s) for s in dirty if s.status in outcomes.ROLLING}
-        stored = outcomes.stored_facts(
+        rolling = {id(s) for s in dirty if s.status in rollback_outcomes.ROLLING}
+        stored = rollback_outcomes.stored_facts(
             [s.pk for s in dirty if id(s) in rolling and s.pk is not None]
         )
         sent: dict[str, dict[str, StepSnapshot]] = {}
@@ -206,7 +206,7 @@ class _Batch:
                     steps[step_id] = StepFacts.of(snapshot, left=bool(known and known.left))
             found = assess_rollback(SagaStatus(saga.status), steps.values())
             self.assessments[saga.saga_id] = found
-            for name, value in outcomes.fields(found).items():
+            for name, value in rollback_outcomes.fields(found).items():
                 setattr(saga, name, value)
 
     def write(self) -> dict[str, int]:

@@ -124,7 +124,7 @@ class Saga(models.Model):
     )
     """How its rollback came to rest (``undo_core.assess_rollback``); NULL while none has.
 
-    Kept by every write path (``sagaboard.outcomes``), so lists can filter and count by it.
+    Kept by every write path (``sagaboard.rollback_outcomes``), so lists can filter and count by it.
     """
     outcome_summary = models.CharField(max_length=200, blank=True, default="", db_default="")
     """The exceptions counted by kind, e.g. "1 rejected" ('' for none)."""
@@ -434,6 +434,12 @@ class ApprovalVote(models.Model):
             models.UniqueConstraint(fields=["approval", "user"], name="vote_once_per_person")
         ]
         ordering = ["at"]
+
+    @property
+    def decided(self) -> str:
+        """The decision as a sentence says it ("approved by ann"): built from the verb with a
+        "d" it read "rejectd"."""
+        return {"approve": "approved", "reject": "rejected"}.get(self.decision, self.decision)
 
 
 class Notification(models.Model):

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from sagaboard import audit_log, outcomes, selectors
+from sagaboard import audit_log, rollback_outcomes, selectors
 from sagaboard.approvals import DecisionRefused
 from sagaboard.models import Saga, Step
 from undo_core import StepState
@@ -57,7 +57,7 @@ def step_act(*, step_pk: int, user: Any, action: str, reason: str) -> Step:
         if action == "leave":
             won = claimable.update(left_at=now, left_by=actor, left_reason=reason)
             if won:  # no longer waits for anyone: the saga's outcome says "left failed"
-                outcomes.refresh(Saga.objects.select_for_update().get(pk=step.saga_id))
+                rollback_outcomes.refresh(Saga.objects.select_for_update().get(pk=step.saga_id))
         else:
             request = {"action": action, "by": actor, "reason": reason, "at": now.isoformat()}
             won = claimable.update(pending_action=request)

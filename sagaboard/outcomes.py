@@ -1,104 +1,187 @@
-"""The rollback outcome kept on each saga row, so lists can filter and count by it.
+"""What an operator's action did to each item, read back from the record after it was taken.
 
-What the outcome *is* lives in undo_core (``assess_rollback``): this module only
-feeds it a saga's stored steps and copies the answer onto the ``Saga`` row's
-``outcome``, ``outcome_summary`` and ``waiting_for`` columns. Every path that
-changes a saga or a step calls it: ``DjangoStore`` (the engine in a worker or the
-manual-flow API), ingestion (events from agents, in bulk) and an operator's
-"leave it failed" (``sagaboard.operations``).
+Asking for a retry or a resolve only records a request: a worker (sagaboard's
+sagas) or the agent's SDK (sagas the agent runs) carries it out, at once when
+tasks run eagerly, later otherwise. Approving lets the rollback go on the same
+way. So "done" is never assumed from the request having been accepted: each
+item is read back and reported as what it now is:
+
+- ``succeeded``: the undo ran (ROLLED_BACK), the step was resolved or left, or
+  the rejection was recorded;
+- ``failed``: the undo ran and failed again (with its error);
+- ``requested``: accepted, not carried out yet (queued for a worker, or waiting
+  for the agent's process);
+- ``waiting``: an approval vote was recorded, another approver is still needed;
+- ``refused``: nothing was done, and why.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from django.db.models import Q
+from sagaboard.approvals import DecisionRefused, Outcome
+from sagaboard.models import Approval, Saga, Step
+from undo_core import StepState
 
-from sagaboard.models import Saga, Step
-from undo_core import RollbackAssessment, SagaStatus, StepFacts, StepState, assess_rollback
+RESULTS = {
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "requested": "requested, not run yet",
+    "waiting": "waiting for another approver",
+    "refused": "refused",
+}
+"""Each result and how the summary line counts it, in the order it lists them."""
 
-ROLLING = frozenset({SagaStatus.COMPENSATING, SagaStatus.ROLLED_BACK, SagaStatus.ROLLBACK_FAILED})
-"""Statuses whose outcome depends on the steps; any other has none (and costs no query)."""
+VERBS = {
+    "retry": "Retry",
+    "resolve": "Force-resolve",
+    "leave": "Leave failed",
+    "approve": "Approve",
+    "reject": "Reject",
+}
 
-_FACTS = (
-    "saga_id", "step_id", "tool_name", "state", "has_undo", "left_at", "decision_note",
-    "left_reason",
-)  # fmt: skip
-
-
-OPERATOR_STATES = (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT)
-"""Step states whose undo an operator must settle (retry, resolve or leave)."""
-
-
-def waits_for_operator() -> Q:
-    """Steps that wait for an operator: failed or in doubt, and not left failed.
-
-    The one definition the needs-attention page, the overview, /metrics and the
-    saga's ``waiting_for`` (undo_core's ``assess_rollback``, ``left``) share.
-    """
-    return Q(state__in=OPERATOR_STATES, left_at__isnull=True)
+_FAILED = (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT)
 
 
-def facts(step: Step) -> StepFacts:
-    """What undo_core needs of one stored step."""
-    return StepFacts(
-        step.step_id,
-        step.tool_name,
-        StepState(step.state),
-        bool(step.has_undo),
-        step.left_at is not None,
-        step.decision_note or step.left_reason,
-    )
+@dataclass(frozen=True)
+class ItemOutcome:
+    """One item of an action: what it is, what became of it, and why."""
+
+    pk: int
+    result: str
+    """A key of ``RESULTS``."""
+    detail: str
+    tool_name: str = ""
+    step_id: str = ""
+    saga: Saga | None = None
+    """None when the item was refused before it could be found (another project's id)."""
+    code: str = ""
+    """A refusal's code (``DecisionRefused.code``)."""
+
+    @property
+    def result_label(self) -> str:
+        return RESULTS[self.result]
+
+    @property
+    def line(self) -> str:
+        """The item as one line of text (a message without htmx)."""
+        what = f"#{self.pk}"
+        if self.saga is not None:
+            what = f"{self.tool_name} ({self.step_id}) in {self.saga.name} [{self.saga.saga_id}]"
+        return f"{what}: {self.result_label}: {self.detail}"
 
 
-def _row_facts(row: Mapping[str, Any]) -> StepFacts:
-    return StepFacts(
-        row["step_id"],
-        row["tool_name"],
-        StepState(row["state"]),
-        bool(row["has_undo"]),
-        row["left_at"] is not None,
-        row["decision_note"] or row["left_reason"],
-    )
+@dataclass(frozen=True)
+class Report:
+    """A whole (bulk) action: one summary line and every item's outcome."""
+
+    verb: str
+    items: list[ItemOutcome]
+
+    def count(self, result: str) -> int:
+        return sum(1 for item in self.items if item.result == result)
+
+    @property
+    def summary(self) -> str:
+        """E.g. "Retry, 2 selected: 1 succeeded, 1 failed." (only the results that occur)."""
+        parts = [f"{n} {label}" for key, label in RESULTS.items() if (n := self.count(key))]
+        return f"{self.verb}, {len(self.items)} selected: {', '.join(parts)}."
+
+    @property
+    def ok(self) -> bool:
+        """Nothing refused and nothing failed (the rest is done or honestly pending)."""
+        return not (self.count("refused") or self.count("failed"))
+
+    @property
+    def tone(self) -> str:
+        """The message's colour: success only when every item is done (never for a pending
+        request), info when some wait, error when any was refused or failed."""
+        if not self.ok:
+            return "error"
+        return "success" if self.count("succeeded") == len(self.items) else "info"
+
+    @property
+    def refusal_codes(self) -> set[str]:
+        return {item.code for item in self.items if item.result == "refused" and item.code}
 
 
-def stored_facts(saga_pks: Sequence[int]) -> dict[int, dict[str, StepFacts]]:
-    """The steps of these sagas as undo_core reads them, by saga pk then step id (one query)."""
-    found: dict[int, dict[str, StepFacts]] = {pk: {} for pk in saga_pks}
-    if saga_pks:
-        for row in (
-            Step.objects.filter(saga_id__in=list(saga_pks)).order_by("position").values(*_FACTS)
-        ):
-            found[row["saga_id"]][row["step_id"]] = _row_facts(row)
-    return found
+def _refused(pk: int, refused: DecisionRefused) -> ItemOutcome:
+    return ItemOutcome(pk, "refused", refused.message, code=refused.code)
 
 
-def columns(status: str, steps: Iterable[StepFacts]) -> dict[str, Any]:
-    """The saga row's outcome columns for this status and these steps."""
-    return fields(assess_rollback(SagaStatus(status), steps))
+def _waits_for(saga: Saga) -> str:
+    if saga.driver == Saga.Driver.SERVER:
+        return "queued for a worker"
+    return "waiting for the agent's process to carry it out"
 
 
-def fields(found: RollbackAssessment) -> dict[str, Any]:
-    return {
-        "outcome": found.outcome.value if found.outcome else None,
-        "outcome_summary": found.summary[:200],
-        "waiting_for": found.waiting_for.value if found.waiting_for else None,
-    }
+def step_outcome(action: str, step: Step) -> tuple[str, str]:
+    """(result, detail) of ``action`` on ``step`` as the step now stands."""
+    if action == "leave":
+        return "succeeded", "left failed: off the needs-attention list, the saga stays as it is"
+    if step.pending_action:
+        return "requested", f"{action} {_waits_for(step.saga)}"
+    if step.state == StepState.COMPENSATING:
+        return "requested", "the undo is running now"
+    if step.state == StepState.ROLLED_BACK:
+        return "succeeded", "the undo ran: ROLLED_BACK"
+    if step.state == StepState.RESOLVED:
+        return "succeeded", "resolved by hand: RESOLVED"
+    if step.state in _FAILED:
+        error = f": {step.error}" if step.error else ""
+        return "failed", f"the undo failed again, the step is {step.state}{error}"
+    return "succeeded", f"the step is {step.state}"
 
 
-def assess(saga: Saga) -> RollbackAssessment:
-    """The saga's rollback as undo_core reads it from the stored steps (one query)."""
-    steps = stored_facts([saga.pk])[saga.pk].values() if saga.status in ROLLING else ()
-    return assess_rollback(SagaStatus(saga.status), steps)
+def steps_report(action: str, results: Sequence[tuple[int, Step | DecisionRefused]]) -> Report:
+    """What a retry / resolve / leave did to each step, read back after it was asked for."""
+    asked = [pk for pk, r in results if not isinstance(r, DecisionRefused)]
+    now = Step.objects.select_related("saga__project").in_bulk(asked)
+    items: list[ItemOutcome] = []
+    for pk, r in results:
+        if isinstance(r, DecisionRefused):
+            items.append(_refused(pk, r))
+            continue
+        step = now.get(pk, r)
+        result, detail = step_outcome(action, step)
+        items.append(ItemOutcome(pk, result, detail, step.tool_name, step.step_id, step.saga))
+    return Report(VERBS.get(action, action), items)
 
 
-def refresh(saga: Saga) -> RollbackAssessment:
-    """Recompute the saga's outcome columns from its stored steps; write them if they changed."""
-    found = assess(saga)
-    new = fields(found)
-    if any(getattr(saga, k) != v for k, v in new.items()):
-        for k, v in new.items():
-            setattr(saga, k, v)
-        Saga.objects.filter(pk=saga.pk).update(**new)
-    return found
+def approval_outcome(approval: Approval) -> tuple[str, str]:
+    """(result, detail) of a decision on ``approval`` as it and its step now stand."""
+    if approval.status == Approval.Status.PENDING:
+        n = approval.votes.count()
+        return "waiting", f"your approval is in ({n} of {approval.required})"
+    if approval.status == Approval.Status.REJECTED:
+        return "succeeded", "rejected: this undo will not run"
+    if approval.status != Approval.Status.APPROVED:
+        return "refused", f"the approval is {approval.status}: {approval.decided_reason}"
+    step = approval.step
+    if step.state == StepState.ROLLED_BACK:
+        return "succeeded", "approved, and the undo ran: ROLLED_BACK"
+    if step.state in _FAILED:
+        error = f": {step.error}" if step.error else ""
+        return "failed", f"approved, but the undo failed, the step is {step.state}{error}"
+    if step.state == StepState.COMPENSATING:
+        return "requested", "approved; the undo is running now"
+    return "requested", f"approved; the undo is {_waits_for(approval.saga)}"
+
+
+def approvals_report(
+    decision: str, results: Sequence[tuple[int, Outcome | DecisionRefused]]
+) -> Report:
+    """What an approve / reject did to each approval, read back after the decision."""
+    asked = [pk for pk, r in results if not isinstance(r, DecisionRefused)]
+    now = Approval.objects.select_related("step", "saga__project").in_bulk(asked)
+    items: list[ItemOutcome] = []
+    for pk, r in results:
+        if isinstance(r, DecisionRefused):
+            items.append(_refused(pk, r))
+            continue
+        approval = now.get(pk, r.approval)
+        result, detail = approval_outcome(approval)
+        step = approval.step
+        items.append(ItemOutcome(pk, result, detail, step.tool_name, step.step_id, approval.saga))
+    return Report(VERBS.get(decision, decision), items)

@@ -97,7 +97,7 @@ def steps_needing_attention(projects: Sequence[Project], *, limit: int = 20) -> 
     rows = [
         step
         for state in ATTENTION_STEP_STATES
-        # A failed undo an operator left failed waits for nobody (outcomes.waits_for_operator).
+        # A failed undo an operator left waits for nobody (rollback_outcomes.waits_for_operator).
         for step in Step.objects.filter(state=state, saga__project__in=projects, left_at=None)
         .select_related("saga__project")
         .order_by("changed_at", "pk")[:limit]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Prefetch, QuerySet
 
-from sagaboard import outcomes
+from sagaboard import rollback_outcomes
 from sagaboard.models import Approval, ApprovalVote, CompensationAttempt, Project, Saga, Step
 from sagaboard.undo_kinds import plan_for, undo_check
 from undo_core import StepState
@@ -88,7 +88,7 @@ def failures_open(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) -> l
     Oldest first by the server's clock (when it stored each step's move).
     """
     steps = list(
-        Step.objects.filter(outcomes.waits_for_operator(), saga__project__in=projects)
+        Step.objects.filter(rollback_outcomes.waits_for_operator(), saga__project__in=projects)
         .select_related("saga__project")
         .prefetch_related(
             Prefetch("attempts", queryset=CompensationAttempt.objects.order_by("number"))

@@ -5,13 +5,14 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet
 
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
+from sagaboard.schemas import BIGINT
 
 
 class BadCursor(ValueError):
@@ -43,8 +44,13 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         updated, pk = json.loads(raw)
-        return datetime.fromisoformat(updated), int(pk)
-    except (ValueError, TypeError) as err:
+        at, pk = datetime.fromisoformat(updated), int(pk)
+        # A forged cursor's time or key must still fit the columns it is compared with.
+        if at.tzinfo is None or not 0 < pk <= BIGINT:
+            raise ValueError("out of range")
+        at.astimezone(UTC)
+        return at, pk
+    except (ValueError, TypeError, OverflowError) as err:
         raise BadCursor("cursor is not one this server issued") from err
 
 

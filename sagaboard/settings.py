@@ -140,6 +140,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "sagaboard.not_found.not_found_as_page",  # the product's 404 page with DEBUG on too
     "sagaboard.login_guard.LoginRateLimitMiddleware",  # 429 before a password is checked
 ]
 
@@ -156,6 +157,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # ``visible``: ids and names with invisible characters shown (text policy).
+            "builtins": ["sagaboard.templatetags.sagaboard_text"],
         },
     },
 ]

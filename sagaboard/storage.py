@@ -15,7 +15,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from sagaboard import notifications, outcomes
+from sagaboard import notifications, rollback_outcomes
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from undo_core import (
     AttemptOutcome,
@@ -152,13 +152,13 @@ def _outcome(saga: Saga, step: StepSnapshot | None) -> RollbackAssessment:
     while the saga rolls back (a forward step costs nothing).
     """
     steps: dict[str, StepFacts] = {}
-    if saga.status in outcomes.ROLLING and saga.pk is not None:
-        steps = outcomes.stored_facts([saga.pk])[saga.pk]
-    if step is not None and saga.status in outcomes.ROLLING:
+    if saga.status in rollback_outcomes.ROLLING and saga.pk is not None:
+        steps = rollback_outcomes.stored_facts([saga.pk])[saga.pk]
+    if step is not None and saga.status in rollback_outcomes.ROLLING:
         known = steps.get(step.id)
         steps[step.id] = StepFacts.of(step, left=bool(known and known.left))
     found = assess_rollback(SagaStatus(saga.status), steps.values())
-    for name, value in outcomes.fields(found).items():
+    for name, value in rollback_outcomes.fields(found).items():
         setattr(saga, name, value)
     return found
 

@@ -16,7 +16,7 @@ from django.core.cache import cache
 from django.test import Client
 from hitl import person, storebot_server_saga
 
-from sagaboard import approvals, operations, outcomes, overview, runner
+from sagaboard import approvals, operations, overview, rollback_outcomes, runner
 from sagaboard.models import Approval, Notification, Project, Saga, Step
 from sagaboard.tokens import token_create
 from undo_core import Decision, SagaRollbackError, define_tool
@@ -324,4 +324,4 @@ def test_the_migration_backfills_the_outcome_from_the_steps(
     found = dict(Saga.objects.values_list("saga_id", "outcome"))
     assert found == {"rejected-1": "WITH_EXCEPTIONS", "clean-1": "CLEAN"}
     saga = Saga.objects.get(saga_id="rejected-1")
-    assert outcomes.assess(saga).summary == saga.outcome_summary == "1 rejected"
+    assert rollback_outcomes.assess(saga).summary == saga.outcome_summary == "1 rejected"
