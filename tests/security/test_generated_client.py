@@ -204,7 +204,8 @@ def test_a_generated_client_drives_every_operation_and_parses_every_answer(
         added = api.call(
             "sagaboard_api_add_step", 201, "StepOut", saga_id="manual-1",
             body=m.StepAddIn(event_id=f"g-add-{n}", tool_name=tool,
-                             undo=m.UndoIn(kind=m.UndoInKind.CLIENT)),
+                             undo=m.UndoIn(kind=m.UndoInKind.HANDLER,
+                                           handler="storebot.return_item")),
         )  # fmt: skip
         assert added.state is m.StepState.PENDING
     done = api.call(
