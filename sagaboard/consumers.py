@@ -14,6 +14,7 @@ a project the page shows gets the socket closed (4401, 4403), and nothing after.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -36,7 +37,11 @@ from sagaboard.models import Approval, Event, Saga
 from sagaboard.realtime import project_group, recheck, relay
 from undo_core import StepState
 
+log = logging.getLogger("sagaboard.consumers")
+
 CATCH_UP_PAGE = 1000
+CLOSE_TRY_AGAIN = 1013
+"""The re-check itself failed: the browser reconnects (a fresh handshake checks again)."""
 SENT_KEPT = 20_000
 
 
@@ -105,7 +110,17 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         if message.get("ended") == self.session_tag:  # this very session logged out
             await self._revoke(CLOSE_UNAUTHENTICATED)
             return
-        access = await _access_of(self.session_key)
+        message_id = message.get("id")
+        try:
+            access = await (
+                _checks.get((message_id, self.session_key))
+                if message_id
+                else _access_of(self.session_key)
+            )
+        except Exception:  # the database blinked: closed, never left open unchecked
+            log.exception("could not re-check a live feed's access after a revocation")
+            await self._revoke(CLOSE_TRY_AGAIN)
+            return
         await self.apply_access(access)
 
     async def apply_access(self, access: Access) -> None:
@@ -209,6 +224,30 @@ def _saga_project(saga_pk: int) -> int | None:
 @database_sync_to_async
 def _access_of(session_key: str) -> Access:
     return access_for_sessions([session_key])[session_key]
+
+
+class _Checks:
+    """One check per session per revocation message, however many of its sockets hear it.
+
+    A user with 200 tabs open who logs out elsewhere costs one session check, not 200.
+    Keyed by the message's id too: a check started for an earlier message may have read
+    the state before this one's change, so it is never reused for a later message.
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self.tasks: OrderedDict[tuple[str, str], asyncio.Task[Access]] = OrderedDict()
+
+    def get(self, key: tuple[str, str]) -> asyncio.Task[Access]:
+        task = self.tasks.get(key)
+        if task is None or task.get_loop() is not asyncio.get_running_loop():
+            task = self.tasks[key] = asyncio.ensure_future(_access_of(key[1]))
+            while len(self.tasks) > self.size:
+                self.tasks.popitem(last=False)
+        return task
+
+
+_checks = _Checks()
 
 
 @database_sync_to_async

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import import_module
@@ -259,7 +260,12 @@ def revoke_after_commit(*, users: Iterable[int] = (), projects: Iterable[int] = 
     """Once the current transaction commits, make those users' (projects') sockets re-check."""
     groups = [user_group(pk) for pk in set(users)] + [project_group(pk) for pk in set(projects)]
     if groups:
-        transaction.on_commit(lambda: _publish(groups, {"type": ACCESS_CHANGED}))
+        transaction.on_commit(lambda: _publish(groups, _message()))
+
+
+def _message(**extra: str) -> dict[str, Any]:
+    """A revocation; its id lets the sockets of one session that receive it share one check."""
+    return {"type": ACCESS_CHANGED, "id": uuid.uuid4().hex, **extra}
 
 
 def on_logged_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
@@ -267,7 +273,7 @@ def on_logged_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     key = getattr(getattr(request, "session", None), "session_key", None)
     if user is None or not key:
         return
-    message = {"type": ACCESS_CHANGED, "ended": session_tag(key)}
+    message = _message(ended=session_tag(key))
     # Sent now: the session is flushed right after this signal, and the message names
     # it, so a socket does not need to find it gone in the database.
     _publish([user_group(user.pk)], message)

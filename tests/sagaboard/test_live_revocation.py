@@ -21,9 +21,11 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.contrib.sessions.models import Session
+from django.db import OperationalError
 from django.test import Client, override_settings
 from test_live_feed import TOOL, feed, received, run_saga
 
+from sagaboard.live_access import access_for_sessions
 from sagaboard.models import Project, Saga
 from sagaboard.realtime import stop_all
 from sagaboard.roles import roles_sync
@@ -271,3 +273,37 @@ async def test_every_tab_of_a_logged_out_session_closes_and_another_users_tab_do
     pk = await run_saga(world["shop"], "for-bob")
     await received(bobs, rf'id="saga-{pk}"')
     await bobs.disconnect()
+
+
+async def test_the_tabs_of_one_session_share_one_check_per_revocation(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked: list[set[str]] = []
+
+    def counting(keys: Any) -> Any:
+        checked.append(set(keys))
+        return access_for_sessions(keys)
+
+    monkeypatch.setattr("sagaboard.consumers.access_for_sessions", counting)
+    tabs = [await open_feed(world, "list") for _ in range(5)]
+    await change(lambda w: w["alice"].save())(world)  # a re-check that keeps them all
+    for tab in tabs:
+        assert await tab.receive_nothing(timeout=0.2)
+    assert checked == [{world["cookie"]}]
+    for tab in tabs:
+        await tab.disconnect()
+
+
+async def test_a_recheck_that_fails_closes_the_feed_for_the_browser_to_reconnect(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreachable(keys: Any) -> Any:
+        raise OperationalError("the database is down")
+
+    comm = await open_feed(world, "list")
+    monkeypatch.setattr("sagaboard.consumers.access_for_sessions", unreachable)
+    await change(lambda w: w["alice"].save())(world)
+    assert await comm.receive_output(timeout=PUSHED_WITHIN) == {
+        "type": "websocket.close",
+        "code": 1013,  # "try again later": htmx's websocket extension reconnects
+    }
