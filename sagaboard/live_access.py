@@ -46,9 +46,13 @@ from django.contrib.auth import (
     get_user_model,
     load_backend,
 )
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group, Permission
+from django.contrib.sessions.backends.db import SessionStore as DBSessionStore
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.http.request import split_domain_port, validate_host
+from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 from django.utils.http import is_same_domain
 
@@ -188,53 +192,84 @@ class Access:
 NO_ACCESS = Access(None, frozenset())
 
 
-def _user_of_session(session_key: str, users: dict[Any, Any]) -> Any | None:
-    """The session's user if the session still logs them in; changes nothing.
+def _sessions(keys: set[str]) -> dict[str, dict[str, Any]]:
+    """Each live session's data (an expired or deleted one is absent).
 
-    The same rule as ``django.contrib.auth.get_user`` (the backend must still return
-    the user, which ModelBackend does only for an active one; the session's auth hash
-    must match the password's, or one made with a fallback secret), without its side
-    effects: that function flushes or re-keys the session, which a check must not do.
+    With the database engines (the default; ``cached_db`` too, whose rows are the
+    truth) one query for all of them; any other engine loads each one its own way.
     """
-    engine = import_module(settings.SESSION_ENGINE)
-    session = engine.SessionStore(session_key)
-    try:
-        user_id = get_user_model()._meta.pk.to_python(session[SESSION_KEY])
-        backend_path = session[BACKEND_SESSION_KEY]
-    except KeyError:  # also what an expired or deleted session reads as
-        return None
-    if backend_path not in settings.AUTHENTICATION_BACKENDS:
-        return None
-    if (backend_path, user_id) not in users:
-        users[backend_path, user_id] = load_backend(backend_path).get_user(user_id)
-    user = users[backend_path, user_id]
-    if user is None:
-        return None
-    claimed = session.get(HASH_SESSION_KEY)
+    store_class = import_module(settings.SESSION_ENGINE).SessionStore
+    if issubclass(store_class, DBSessionStore):
+        rows = store_class.get_model_class().objects.filter(
+            session_key__in=keys, expire_date__gt=timezone.now()
+        )
+        decoder = store_class()
+        return {k: decoder.decode(d) for k, d in rows.values_list("session_key", "session_data")}
+    loaded = {key: dict(store_class(key).items()) for key in keys}
+    return {key: data for key, data in loaded.items() if data}
+
+
+def _users(claims: set[tuple[str, Any]]) -> dict[tuple[str, Any], Any]:
+    """(backend path, user id) -> the user that backend returns for the id, or None.
+
+    ``ModelBackend.get_user`` for all of them in one query (the user must exist and
+    ``user_can_authenticate``: active); any other backend's ``get_user`` per user.
+    """
+    plain = {c for c in claims if type(load_backend(c[0])).get_user is ModelBackend.get_user}
+    fetched = get_user_model()._default_manager.in_bulk([user_id for _, user_id in plain])
+    found: dict[tuple[str, Any], Any] = {}
+    for path, user_id in claims:
+        backend = load_backend(path)
+        if (path, user_id) in plain:
+            user = fetched.get(user_id)
+            found[path, user_id] = user if user and backend.user_can_authenticate(user) else None
+        else:
+            found[path, user_id] = backend.get_user(user_id)
+    return found
+
+
+def _hash_verified(user: Any, claimed: str | None) -> bool:
+    """The session's auth hash is the user's (or made with a fallback secret): as Django's
+    ``get_user`` decides, without its side effects (it flushes or re-keys the session,
+    which a check must never do)."""
     if not claimed:
-        return None
+        return False
     hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
-    return user if any(constant_time_compare(claimed, h) for h in hashes) else None
+    return any(constant_time_compare(claimed, h) for h in hashes)
 
 
 def access_for_sessions(session_keys: Iterable[str]) -> dict[str, Access]:
-    """Each session's access now, with one user and project lookup per distinct user.
+    """Each session's access now, in a handful of queries however many sessions there are.
 
-    The periodic re-check calls this once per interval for all of a process's
-    sockets: many browsers of one user (or one session in many tabs) cost one check.
+    The periodic re-check calls this once per interval for all of a web process's
+    sockets: sessions in one query, their users in one, permissions and memberships
+    in two or three (``selectors.projects_for_users``). The rules are Django's
+    ``get_user`` (an active user whose password hash the session still carries) and
+    ``selectors.projects_visible``.
     """
-    users: dict[Any, Any] = {}
-    projects: dict[int, frozenset[int]] = {}
-    found: dict[str, Access] = {}
-    for key in set(session_keys):
-        user = _user_of_session(key, users) if key else None
-        if user is None:
-            found[key] = NO_ACCESS
+    keys = set(session_keys)
+    user_model = get_user_model()
+    claims: dict[str, tuple[str, Any, str | None]] = {}
+    for key, data in _sessions({k for k in keys if k}).items():
+        try:
+            user_id = user_model._meta.pk.to_python(data[SESSION_KEY])
+            backend_path = data[BACKEND_SESSION_KEY]
+        except (KeyError, ValidationError):
             continue
-        if user.pk not in projects:
-            projects[user.pk] = frozenset(p.pk for p in selectors.projects_for_user(user))
-        found[key] = Access(user, projects[user.pk])
-    return found
+        if backend_path in settings.AUTHENTICATION_BACKENDS:
+            claims[key] = (backend_path, user_id, data.get(HASH_SESSION_KEY))
+    users = _users({(path, user_id) for path, user_id, _ in claims.values()})
+    verified: dict[str, Any] = {}
+    for key, (path, user_id, claimed) in claims.items():
+        user = users[path, user_id]
+        if user is not None and _hash_verified(user, claimed):
+            verified[key] = user
+    distinct = list({user.pk: user for user in verified.values()}.values())
+    projects = selectors.projects_for_users(distinct)
+    return {
+        key: Access(verified[key], projects[verified[key].pk]) if key in verified else NO_ACCESS
+        for key in keys
+    }
 
 
 # ---------------------------------------------------------------- pushed revocations

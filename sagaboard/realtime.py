@@ -313,7 +313,9 @@ class Recheck:
     """
 
     def __init__(self, check: Callable[[Collection[str]], dict[str, Any]]) -> None:
-        self.check = database_sync_to_async(check)
+        # On a thread of its own, not the one every render and relay poll queues on:
+        # checking thousands of sessions must not hold up a live update.
+        self.check = database_sync_to_async(check, thread_sensitive=False)
         self.sockets: weakref.WeakSet[Rechecked] = weakref.WeakSet()
         self.task: asyncio.Task[None] | None = None
 
