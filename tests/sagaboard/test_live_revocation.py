@@ -128,6 +128,8 @@ PUSHED_FORBIDDEN = {
     "removed-from-the-project": lambda w: w["shop"].members.remove(w["alice"]),
     "project-removed-from-the-user": lambda w: w["alice"].sagaboard_projects.remove(w["shop"]),
     "project-members-cleared": lambda w: w["shop"].members.clear(),
+    "members-set-as-the-admin-form-does": lambda w: w["shop"].members.set([]),
+    "roles-set-as-the-admin-form-does": lambda w: w["alice"].groups.set([]),
     "role-taken-away": lambda w: w["alice"].groups.remove(Group.objects.get(name="viewer")),
     "user-taken-out-of-the-role": lambda w: Group.objects.get(name="viewer").user_set.remove(
         w["alice"]
