@@ -62,13 +62,17 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         self.view = _View.from_params(params)
         self.user = user
         self.session_key, self.session_tag = session_key, session_tag(session_key)
+        # The user's group first: a revocation committed from here on reaches this socket,
+        # and one committed before is already in what is read next.
+        self.groups = (user_group(user.pk),)
+        await self.channel_layer.group_add(self.groups[0], self.channel_name)
         self.projects = await _project_pks(user)
         if self.view.saga_pk is not None:
             # A saga page shows one project: only its events, only its membership matters.
             saga_project = await _saga_project(self.view.saga_pk)
             self.projects = [p for p in self.projects if p == saga_project]
-        self.groups = (user_group(user.pk), *(project_group(pk) for pk in self.projects))
-        for group in self.groups:
+        for group in (project_group(pk) for pk in self.projects):
+            self.groups += (group,)
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
         recheck(access_for_sessions).add(self)
