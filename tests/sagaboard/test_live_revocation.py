@@ -90,6 +90,7 @@ async def assert_closed_and_silent(
     assert message == {"type": "websocket.close", "code": code}, message
     await more_of_shop(world)
     assert await comm.receive_nothing(timeout=0.3)
+    await comm.disconnect()  # what the server does on the close it sent
 
 
 async def more_of_shop(world: dict[str, Any]) -> None:
@@ -272,6 +273,7 @@ async def test_every_tab_of_a_logged_out_session_closes_and_another_users_tab_do
             "type": "websocket.close",
             "code": 4401,
         }
+        await tab.disconnect()
     pk = await run_saga(world["shop"], "for-bob")
     await received(bobs, rf'id="saga-{pk}"')
     await bobs.disconnect()
@@ -309,3 +311,4 @@ async def test_a_recheck_that_fails_closes_the_feed_for_the_browser_to_reconnect
         "type": "websocket.close",
         "code": 1013,  # "try again later": htmx's websocket extension reconnects
     }
+    await comm.disconnect()
