@@ -9,10 +9,15 @@ class SagaboardConfig(AppConfig):
 
     def ready(self) -> None:
         from django.conf import settings
-        from django.contrib.auth.signals import user_logged_in, user_login_failed
+        from django.contrib.auth import get_user_model
+        from django.contrib.auth.models import Group
+        from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
         from django.db.backends.signals import connection_created
+        from django.db.models.signals import m2m_changed, post_delete, post_save
 
+        from sagaboard import live_access
         from sagaboard.login_guard import login_failed, login_succeeded
+        from sagaboard.models import Project
         from sagaboard.rate_limits import parse_rate
         from sagaboard.sqlite_wal import keep_wal_open
 
@@ -25,6 +30,26 @@ class SagaboardConfig(AppConfig):
         user_login_failed.connect(login_failed, dispatch_uid="sagaboard.login_failed")
         user_logged_in.connect(login_succeeded, dispatch_uid="sagaboard.login_succeeded")
         connection_created.connect(keep_wal_open, dispatch_uid="sagaboard.sqlite_wal")
+        # Open websockets follow permissions as they change (live_access: pushed revocations).
+        user = get_user_model()
+        user_logged_out.connect(live_access.on_logged_out, dispatch_uid="sagaboard.live_logout")
+        post_save.connect(live_access.on_user_saved, sender=user, dispatch_uid="sagaboard.live_u")
+        post_delete.connect(
+            live_access.on_user_deleted, sender=user, dispatch_uid="sagaboard.live_u_del"
+        )
+        post_delete.connect(
+            live_access.on_project_deleted, sender=Project, dispatch_uid="sagaboard.live_p_del"
+        )
+        m2m_changed.connect(
+            live_access.on_members_changed,
+            sender=Project.members.through,
+            dispatch_uid="sagaboard.live_members",
+        )
+        for through in (user.groups.through, user.user_permissions.through,
+                        Group.permissions.through):  # fmt: skip
+            m2m_changed.connect(
+                live_access.on_groups_changed, sender=through, dispatch_uid=f"sagaboard.{through}"
+            )
 
 
 RATE_SETTINGS = (

@@ -9,16 +9,16 @@ django_asgi_app = get_asgi_application()  # before importing anything that touch
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from sagaboard.body_limit import BodyLimit  # noqa: E402
+from sagaboard.live_access import OriginCheck  # noqa: E402
 from sagaboard.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": BodyLimit(django_asgi_app),
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        # The Origin's scheme, host and port against the dashboard's own (and
+        # CSRF_TRUSTED_ORIGINS); a refusal is accepted then closed with 4403 (live_access).
+        "websocket": OriginCheck(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -5,11 +5,16 @@ The page says what it shows in the websocket URL: ``?saga=<pk>`` for a saga page
 ``?queue=1`` for the approval queue, ``?attention=1`` for the failed undos, and
 ``after=<log id>`` for the last event it was rendered with, so a browser that
 reconnects catches up on everything it missed from the event log.
+
+Who may watch is checked at the handshake and again while the socket is open
+(``sagaboard.live_access``): a session that ends or a user who may no longer see
+a project the page shows gets the socket closed (4401, 4403), and nothing after.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,27 +25,57 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from sagaboard import queues, selectors
+from sagaboard.live_access import (
+    CLOSE_FORBIDDEN,
+    CLOSE_UNAUTHENTICATED,
+    Access,
+    access_for_sessions,
+    session_tag,
+    user_group,
+)
 from sagaboard.models import Approval, Event, Saga
-from sagaboard.realtime import project_group, relay
+from sagaboard.realtime import project_group, recheck, relay
 from undo_core import StepState
 
+log = logging.getLogger("sagaboard.consumers")
+
 CATCH_UP_PAGE = 1000
+CLOSE_TRY_AGAIN = 1013
+"""The re-check itself failed: the browser reconnects (a fresh handshake checks again)."""
 SENT_KEPT = 20_000
 
 
 class SagaFeedConsumer(AsyncWebsocketConsumer):
+    revoked = False
+    groups: tuple[str, ...] = ()
+
     async def connect(self) -> None:
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=4401)  # anonymous: refused before anything is sent
+        session_key = getattr(self.scope.get("session"), "session_key", None)
+        if user is None or not user.is_authenticated or not session_key:
+            # Accepted, then closed: a code sent before accepting reaches a browser as an
+            # HTTP 403 without it. Nothing is sent in between.
+            await self.accept()
+            await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         params = {k: v[-1] for k, v in parse_qs(self.scope["query_string"].decode()).items()}
         self.view = _View.from_params(params)
         self.user = user
+        self.session_key, self.session_tag = session_key, session_tag(session_key)
+        # The user's group first: a revocation committed from here on reaches this socket,
+        # and one committed before is already in what is read next.
+        self.groups = (user_group(user.pk),)
+        await self.channel_layer.group_add(self.groups[0], self.channel_name)
         self.projects = await _project_pks(user)
-        for pk in self.projects:
-            await self.channel_layer.group_add(project_group(pk), self.channel_name)
+        if self.view.saga_pk is not None:
+            # A saga page shows one project: only its events, only its membership matters.
+            saga_project = await _saga_project(self.view.saga_pk)
+            self.projects = [p for p in self.projects if p == saga_project]
+        for group in (project_group(pk) for pk in self.projects):
+            self.groups += (group,)
+            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
+        recheck(access_for_sessions).add(self)
         after, newest = params.get("after", ""), await _newest_id()
         # Never past the log's end: the first browser's ``after`` starts this process's relay,
         # so one typed into the URL would freeze every browser's feed (and overflow SQL).
@@ -64,10 +99,59 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
             await super().dispatch(message)
 
     async def disconnect(self, code: int) -> None:
-        for pk in getattr(self, "projects", []):
-            await self.channel_layer.group_discard(project_group(pk), self.channel_name)
+        recheck(access_for_sessions).discard(self)
+        await self._leave_groups()
+
+    async def _leave_groups(self) -> None:
+        groups, self.groups = self.groups, ()
+        for group in groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def access_changed(self, message: dict[str, Any]) -> None:
+        """A revocation pushed by the app (``live_access``): re-check this socket now."""
+        if self.revoked:
+            return
+        if message.get("ended") == self.session_tag:  # this very session logged out
+            await self._revoke(CLOSE_UNAUTHENTICATED)
+            return
+        message_id = message.get("id")
+        try:
+            access = await (
+                _checks.get((message_id, self.session_key))
+                if message_id
+                else _access_of(self.session_key)
+            )
+        except Exception:  # the database blinked: closed, never left open unchecked
+            log.exception("could not re-check a live feed's access after a revocation")
+            await self._revoke(CLOSE_TRY_AGAIN)
+            return
+        await self.apply_access(access)
+
+    async def apply_access(self, access: Access) -> None:
+        """Close the socket if its session or its projects are no longer what it shows.
+
+        Losing a project the page does not show (another project, on a saga page)
+        keeps the feed open; gaining one shows on the next page load.
+        """
+        if self.revoked:
+            return
+        if access.user is None or access.user.pk != self.user.pk:
+            await self._revoke(CLOSE_UNAUTHENTICATED)
+        elif not set(self.projects) <= access.projects:
+            await self._revoke(CLOSE_FORBIDDEN)
+        else:
+            self.user = access.user  # current permissions for what is rendered per user
+
+    async def _revoke(self, code: int) -> None:
+        """Nothing is sent after this: every send checks ``revoked`` last, then the close."""
+        self.revoked = True
+        recheck(access_for_sessions).discard(self)
+        await self.close(code=code)
+        await self._leave_groups()
 
     async def saga_event(self, message: dict[str, Any]) -> None:
+        if self.revoked:
+            return
         project, log_id = message["project"], message["log_id"]
         last = self.last.get(project)
         if last is None or log_id in self.sent:
@@ -89,14 +173,14 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         """The relay's newest id for a project: past ours means its last messages were lost."""
         project = message["project"]
         last = self.last.get(project)
-        if last is not None and message["log_id"] > last:
+        if not self.revoked and last is not None and message["log_id"] > last:
             await self._catch_up(last, project=project)
 
     async def _catch_up(self, after: int, *, project: int | None = None) -> None:
-        while True:
+        while not self.revoked:
             rows = await _missed(self.projects, after, project)
             for log_id, project_pk, saga_pk in rows:
-                if log_id not in self.sent:
+                if log_id not in self.sent and not self.revoked:
                     await self._push(project_pk, log_id, saga_pk)
             if len(rows) < CATCH_UP_PAGE:
                 return
@@ -111,7 +195,7 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
             html = await _render_attention(self.user, log_id)  # per user: whole body
         else:
             html = await fragments.get(self.view, saga_pk, log_id)
-        if html:
+        if html and not self.revoked:  # revoked while rendering: the render is dropped
             await self.send(text_data=html)
 
 
@@ -135,6 +219,40 @@ class _View:
 @database_sync_to_async
 def _project_pks(user: Any) -> list[int]:
     return [p.pk for p in selectors.projects_for_user(user)]
+
+
+@database_sync_to_async
+def _saga_project(saga_pk: int) -> int | None:
+    return Saga.objects.filter(pk=saga_pk).values_list("project_id", flat=True).first()
+
+
+@database_sync_to_async
+def _access_of(session_key: str) -> Access:
+    return access_for_sessions([session_key])[session_key]
+
+
+class _Checks:
+    """One check per session per revocation message, however many of its sockets hear it.
+
+    A user with 200 tabs open who logs out elsewhere costs one session check, not 200.
+    Keyed by the message's id too: a check started for an earlier message may have read
+    the state before this one's change, so it is never reused for a later message.
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self.tasks: OrderedDict[tuple[str, str], asyncio.Task[Access]] = OrderedDict()
+
+    def get(self, key: tuple[str, str]) -> asyncio.Task[Access]:
+        task = self.tasks.get(key)
+        if task is None or task.get_loop() is not asyncio.get_running_loop():
+            task = self.tasks[key] = asyncio.ensure_future(_access_of(key[1]))
+            while len(self.tasks) > self.size:
+                self.tasks.popitem(last=False)
+        return task
+
+
+_checks = _Checks()
 
 
 @database_sync_to_async

@@ -30,7 +30,8 @@ import logging
 import time
 import uuid
 import weakref
-from typing import Protocol
+from collections.abc import Callable, Collection
+from typing import Any, Protocol
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -293,9 +294,79 @@ def relay(start_after: int | None = None) -> Relay:
     return found
 
 
+class Rechecked(Protocol):
+    """An open socket whose session is checked again every ``SAGABOARD_LIVE_RECHECK_SECONDS``."""
+
+    session_key: str
+
+    async def apply_access(self, access: Any) -> None: ...
+
+
+class Recheck:
+    """The periodic re-check of one event loop's open sockets (the revocation backstop).
+
+    Pushed revocations (``sagaboard.live_access``) reach sockets at once for changes
+    the app makes; this catches the rest (a session deleted in the database, an
+    expiry, SQL by hand) within the interval. One thread hop and one check per
+    distinct session per interval, however many sockets share it, and nothing at
+    all per relayed message: 200 browsers on one list add no query to an event.
+    """
+
+    def __init__(self, check: Callable[[Collection[str]], dict[str, Any]]) -> None:
+        # On a thread of its own, not the one every render and relay poll queues on:
+        # checking thousands of sessions must not hold up a live update.
+        self.check = database_sync_to_async(check, thread_sensitive=False)
+        self.sockets: weakref.WeakSet[Rechecked] = weakref.WeakSet()
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, socket: Rechecked) -> None:
+        self.sockets.add(socket)
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def discard(self, socket: Rechecked) -> None:
+        self.sockets.discard(socket)
+
+    async def _run(self) -> None:
+        while self.sockets:
+            await asyncio.sleep(float(settings.SAGABOARD_LIVE_RECHECK_SECONDS))
+            try:
+                await self.once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the database blinked: keep checking, next time
+                log.exception("the live feed's periodic access re-check failed")
+
+    async def once(self) -> None:
+        sockets = list(self.sockets)
+        if not sockets:
+            return
+        accesses = await self.check({s.session_key for s in sockets})
+        for socket in sockets:
+            await socket.apply_access(accesses[socket.session_key])
+
+
+_rechecks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Recheck] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def recheck(check: Callable[[Collection[str]], dict[str, Any]]) -> Recheck:
+    """This event loop's periodic re-check (``check`` maps session keys to their access)."""
+    loop = asyncio.get_running_loop()
+    found = _rechecks.get(loop)
+    if found is None:
+        found = _rechecks[loop] = Recheck(check)
+    return found
+
+
 def stop_all() -> None:
-    """Cancel every relay task (for tests that end their event loop)."""
+    """Cancel every relay and re-check task (for tests that end their event loop)."""
     for r in list(_relays.values()):
         if r.task is not None:
             r.task.cancel()
     _relays.clear()
+    for c in list(_rechecks.values()):
+        if c.task is not None:
+            c.task.cancel()
+    _rechecks.clear()

@@ -13,6 +13,8 @@ Environment (the main ones):
                              process. Set (redis://host:6379/0): channels_redis, so several
                              web processes share live updates (one of them relays the log).
     SAGABOARD_LIVE_POLL_SECONDS  how often the relay reads the event log (default 0.025).
+    SAGABOARD_LIVE_RECHECK_SECONDS  how often each open websocket's session and
+                             permissions are checked again (default 5).
     SAGABOARD_REDIS_PREFIX   prefix of every name in Redis (default "sagaboard"); one per
                              installation sharing a Redis server.
     SAGABOARD_CLOCK_SKEW     seconds an agent's reported time may differ from the server's
@@ -79,8 +81,10 @@ if len(SECRET_KEY) < 32:
 ALLOWED_HOSTS = _env_list("SAGABOARD_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = _env_list("SAGABOARD_CSRF_TRUSTED_ORIGINS")
 
-# Behind HTTPS (a proxy that terminates TLS sets X-Forwarded-Proto): everything secure.
-if _env_bool("SAGABOARD_HTTPS", "0"):
+# Behind HTTPS (a proxy that terminates TLS sets X-Forwarded-Proto): everything secure,
+# and the live feed accepts only https:// pages (sagaboard/live_access.py).
+SAGABOARD_HTTPS = _env_bool("SAGABOARD_HTTPS", "0")
+if SAGABOARD_HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = True
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]  # probes speak plain HTTP
@@ -232,6 +236,10 @@ USE_TZ = True
 # to its browsers through the channel layer. With REDIS_URL, one web process at a time
 # holds the relay lease and publishes through Redis to every web process.
 SAGABOARD_LIVE_POLL_SECONDS = float(os.environ.get("SAGABOARD_LIVE_POLL_SECONDS", "0.025"))
+# The backstop for revocations the app does not see (a session deleted in the database, an
+# expiry, SQL by hand): every open websocket's session and user are checked this often.
+# Changes made through the app (logout, admin edits, membership, roles) are pushed at once.
+SAGABOARD_LIVE_RECHECK_SECONDS = float(os.environ.get("SAGABOARD_LIVE_RECHECK_SECONDS", "5"))
 REDIS_URL = os.environ.get("REDIS_URL", "").strip()
 # Names in Redis start with this: two sagaboards on one Redis must not share it (pub/sub
 # channels ignore Redis's database number).

@@ -16,3 +16,29 @@ document.addEventListener("htmx:oobAfterSwap", function () {
     kept += 1;
   });
 });
+
+// The feed closed because this browser may no longer watch it: 4401, no longer logged in
+// (logged out, session ended, account deactivated); 4403, no longer allowed (taken out of
+// the project or the role). The page on screen is then out of date and may show what the
+// user can no longer see: reload it once (to the login page, or to what they may see
+// now), and say so instead if a reload just happened for the same reason (no loop).
+document.addEventListener("htmx:wsClose", function (evt) {
+  var code = evt.detail && evt.detail.event && evt.detail.event.code;
+  if (code !== 4401 && code !== 4403) return;
+  var key = "sagaboard.live-closed." + code;
+  var last = parseInt(window.sessionStorage.getItem(key) || "0", 10);
+  document.querySelectorAll(".live").forEach(function (el) { el.textContent = "not live"; });
+  if (Date.now() - last > 30000) {
+    window.sessionStorage.setItem(key, String(Date.now()));
+    window.location.reload();
+    return;
+  }
+  var flash = document.getElementById("flash");
+  if (!flash) return;
+  flash.textContent = code === 4401
+    ? "Live updates stopped: you are no longer logged in. Reload to log in again."
+    : "Live updates stopped: you may no longer see what this page shows. Reload the page.";
+  flash.className = "message error";
+  flash.setAttribute("role", "alert");
+  flash.hidden = false;
+});

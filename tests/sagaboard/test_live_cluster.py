@@ -13,13 +13,17 @@ import json
 import os
 import re
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, suppress
 from typing import Any
+from unittest.mock import patch
 
+import httpx
 import pytest
 import redis
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 from websockets.typing import Origin
 
@@ -192,3 +196,156 @@ def test_cluster_reaches_browsers_on_both_processes_once_and_survives_leader_cra
         crash(b)  # the leader again, the other way round
         log_ids = make_saga(database, "cluster-4")
         assert_shown_once(tab_a, "cluster-4", log_ids, FAILOVER_SECONDS)
+
+
+# ------------------------------------------------------- who may watch, as a client sees it
+
+# Long enough that only a pushed revocation can close a socket within the test's bound.
+NO_BACKSTOP = {"SAGABOARD_LIVE_RECHECK_SECONDS": "600"}
+REVOKED_WITHIN = 5.0  # seconds: a pushed revocation arrives in milliseconds
+
+
+def close_code(
+    server: Server, *, origin: str | None, cookie: str | None, seconds: float = 1.0
+) -> int | None:
+    """Open the list's socket with a raw client: the close code it gets, None if it stays open.
+
+    The handshake must succeed (a refusal before accepting is an HTTP 403 that carries
+    no code, which ``connect`` would raise): the code is what the browser's page sees.
+    """
+    with connect(
+        server.url.replace("http://", "ws://") + "/ws/sagas/?list=1",
+        origin=Origin(origin) if origin else None,
+        additional_headers={"Cookie": cookie} if cookie else {},
+        open_timeout=10,
+        close_timeout=2,
+        proxy=None,
+    ) as ws:
+        return wait_closed(ws, seconds)
+
+
+def wait_closed(ws: ClientConnection, seconds: float) -> int | None:
+    """Read (and drop) messages until the server closes: its code; None if still open."""
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            ws.recv(timeout=max(0.01, deadline - time.monotonic()))
+    except ConnectionClosed as closed:
+        return closed.rcvd.code if closed.rcvd else None
+    except TimeoutError:
+        pass
+    return None
+
+
+def open_socket(stack: ExitStack, server: Server, cookie: str) -> ClientConnection:
+    ws = connect(
+        server.url.replace("http://", "ws://") + "/ws/sagas/?list=1",
+        origin=Origin(server.url),
+        additional_headers={"Cookie": cookie},
+        open_timeout=10,
+        close_timeout=2,
+        proxy=None,
+    )
+    stack.callback(_close_quietly, ws)
+    return ws.__enter__()
+
+
+def log_out(server: Server, cookie: str) -> None:
+    """The logout form, posted as the browser of ``cookie`` would."""
+    csrf = cookie.split("csrftoken=")[1]
+    response = httpx.post(
+        f"{server.url}/logout/",
+        data={"csrfmiddlewaretoken": csrf},
+        headers={"Cookie": cookie, "Origin": server.url},
+        trust_env=False,
+    )
+    assert response.status_code == 302, response.status_code
+
+
+def viewer(database_url: str, name: str) -> None:
+    """A member of the demo project with the viewer role, password ``name``-pw-123."""
+    manage(database_url, "shell", "-v", "0", "-c", VIEWER.format(name=name))
+
+
+VIEWER = (
+    "from django.contrib.auth.models import Group, User; from sagaboard.models import Project; "
+    "u = User.objects.create_user({name!r}, password={name!r} + '-pw-123'); "
+    "u.groups.add(Group.objects.get(name='viewer')); "
+    "Project.objects.get(slug='demo').members.add(u)"
+)
+REMOVE_MEMBER = (
+    "from django.contrib.auth.models import User; from sagaboard.models import Project; "
+    "Project.objects.get(slug='demo').members.remove(User.objects.get(username={name!r}))"
+)
+
+
+def test_a_raw_client_sees_the_documented_handshake_codes(database: str) -> None:
+    with Server(database, env={"REDIS_URL": ""}) as server:
+        cookie = session_cookie(server.url)
+        port = server.port
+        assert close_code(server, origin=server.url, cookie=None) == 4401
+        for origin in (
+            "http://evil.example",
+            f"http://evil.example:{port}",
+            f"https://127.0.0.1:{port}",  # same host and port, another scheme
+            f"http://127.0.0.1:{port + 1}",  # same scheme and host, another port
+            "http://127.0.0.1",
+            f"http://localhost:{port}",  # an allowed host, but not the page's origin
+            None,  # no Origin header at all: refused
+        ):
+            assert close_code(server, origin=origin, cookie=cookie) == 4403, origin
+        assert close_code(server, origin=server.url, cookie=cookie) is None  # stays open
+
+
+def test_a_trusted_origin_may_open_the_feed(database: str) -> None:
+    env = {"REDIS_URL": "", "SAGABOARD_CSRF_TRUSTED_ORIGINS": "https://dash.example"}
+    with Server(database, env=env) as server:
+        cookie = session_cookie(server.url)
+        assert close_code(server, origin="https://dash.example", cookie=cookie) is None
+        assert close_code(server, origin="http://dash.example", cookie=cookie) == 4403
+
+
+def test_logging_out_closes_the_raw_clients_feed_with_4401(database: str) -> None:
+    with Server(database, env={"REDIS_URL": "", **NO_BACKSTOP}) as server, ExitStack() as stack:
+        cookie = session_cookie(server.url)
+        ws = open_socket(stack, server, cookie)
+        assert wait_closed(ws, 0.3) is None
+        log_out(server, cookie)
+        assert wait_closed(ws, REVOKED_WITHIN) == 4401
+
+
+def test_cluster_a_revocation_made_by_another_process_closes_sockets_on_every_web_process(
+    database: str,
+) -> None:
+    """Logout on A closes that session's socket on B; a membership removed by a command
+    (a third process) closes the user's sockets on A and B; others stay open."""
+    env = {
+        "REDIS_URL": f"{REDIS_SERVER}/13",
+        # Pub/sub ignores the database index: a prefix of this run's own keeps other
+        # runs on this Redis (whose users have the same ids) out of it.
+        "SAGABOARD_REDIS_PREFIX": f"liveperms-{uuid.uuid4().hex[:8]}",
+        **NO_BACKSTOP,
+    }
+    viewer(database, "vera-cluster")
+    a, b = Server(database, env=env), Server(database, env=env)
+    with ExitStack() as stack:
+        stack.callback(b.stop)
+        stack.callback(a.stop)
+        a.start()
+        b.start()
+        first, second = session_cookie(a.url), session_cookie(a.url)  # two demo sessions
+        vera = session_cookie(a.url, "vera-cluster", "vera-cluster-pw-123")
+        first_on_b = open_socket(stack, b, first)
+        second_on_a = open_socket(stack, a, second)
+        vera_on_a, vera_on_b = open_socket(stack, a, vera), open_socket(stack, b, vera)
+        assert wait_closed(first_on_b, 0.3) is None
+
+        log_out(a, first)  # on A: the socket on B is the one of that session
+        assert wait_closed(first_on_b, REVOKED_WITHIN) == 4401
+
+        env_for_command = {**os.environ, **env}
+        with patch.dict(os.environ, env_for_command):
+            manage(database, "shell", "-v", "0", "-c", REMOVE_MEMBER.format(name="vera-cluster"))
+        assert wait_closed(vera_on_a, REVOKED_WITHIN) == 4403
+        assert wait_closed(vera_on_b, REVOKED_WITHIN) == 4403
+        assert wait_closed(second_on_a, 0.3) is None  # another session of the same user

@@ -58,7 +58,8 @@ MEMBERS = ("viewer", "operator", "approver", "admin")
 #   "✎ other"       changed data of project other only (a token of other, in its own project)
 #   "∅"             answered, but shows nothing of shop (the marker of the row is absent)
 # A websocket answers "accept" (and catches up on shop's events), "accept ∅" (and sends
-# nothing of shop), "close 4401" (no session) or "close 1000" (refused for its Origin).
+# nothing of shop), "close 4401" (no session) or "close 4403" (refused for its Origin):
+# a refusal accepts the handshake and closes with the code at once, sending nothing.
 
 LOGIN = "302 → login"
 ADMIN_LOGIN = "302 → admin login"
@@ -325,9 +326,15 @@ WEBSOCKETS: list[Row] = [
     Row("Websocket", "ws /ws/sagas/", "WS", "/ws/sagas/?attention=1&after=0",
         ws(members="accept", stranger=f"accept {NOTHING}", norole=f"accept {NOTHING}"),
         action="needs attention", shows="{failed_saga_id}"),
-    Row("Websocket", "ws /ws/sagas/", "WS", "/ws/sagas/?list=1&after=0", everyone("close 1000"),
+    Row("Websocket", "ws /ws/sagas/", "WS", "/ws/sagas/?list=1&after=0", everyone("close 4403"),
         action="opened by another site's page", headers={"origin": "https://evil.example"},
         shows="{saga_id}"),
+    Row("Websocket", "ws /ws/sagas/", "WS", "/ws/sagas/?list=1&after=0", everyone("close 4403"),
+        action="opened from another port of the dashboard's host",
+        headers={"origin": "http://localhost:8000"}, shows="{saga_id}"),
+    Row("Websocket", "ws /ws/sagas/", "WS", "/ws/sagas/?list=1&after=0", everyone("close 4403"),
+        action="opened from another scheme on the dashboard's host",
+        headers={"origin": "https://localhost"}, shows="{saga_id}"),
 ]  # fmt: skip
 
 ROWS: list[Row] = [*PAGES, *API, *WEBSOCKETS]
@@ -361,7 +368,9 @@ def render_markdown(rows: list[Row] | None = None) -> str:
         " with nothing of shop in it. A cell without `✎` changed nothing at all (no audit"
         " entry, no state). Websockets: `accept` (and catch up on shop's events),"
         " `accept ∅` (and never send anything of shop), `close 4401` (not logged in) or"
-        " `close 1000` (the page's Origin is not one of ALLOWED_HOSTS: refused before the feed).",
+        " `close 4403` (the page's Origin, scheme, host and port, is not the dashboard's:"
+        " refused before the feed). A refusal accepts the handshake and closes at once with"
+        " the code, which is what a browser's `CloseEvent.code` shows; nothing is sent.",
     ]
     for section in dict.fromkeys(r.section for r in rows):
         out += ["", f"### {section}", ""]

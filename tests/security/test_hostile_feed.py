@@ -49,7 +49,11 @@ def _browser(project: Project, name: str, role: str | None) -> str:
 
 
 def _feed(query: str, session: str) -> WebsocketCommunicator:
-    headers = [(b"origin", b"http://localhost"), (b"cookie", f"sessionid={session}".encode())]
+    headers = [
+        (b"origin", b"http://localhost"),
+        (b"host", b"localhost"),
+        (b"cookie", f"sessionid={session}".encode()),
+    ]
     return WebsocketCommunicator(application, f"/ws/sagas/?{query}", headers=headers)
 
 

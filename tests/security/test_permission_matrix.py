@@ -291,7 +291,7 @@ def _http(row: Row, persona: str, world: World) -> str:
 
 def _websocket(row: Row, persona: str, world: World) -> str:
     origin = row.headers.get("origin", "http://localhost")
-    headers = [(b"origin", origin.encode())]
+    headers = [(b"origin", origin.encode()), (b"host", b"localhost")]
     if persona in SESSION:
         headers.append((b"cookie", f"sessionid={world.sessions[persona]}".encode()))
     if persona in BEARERS:
@@ -300,9 +300,9 @@ def _websocket(row: Row, persona: str, world: World) -> str:
 
     async def listen() -> tuple[str, list[str]]:
         comm = WebsocketCommunicator(application, _fill(row.path, world.values), headers=headers)
-        connected, code = await comm.connect()
-        if not connected:
-            return f"close {code}", []
+        connected, _ = await comm.connect()
+        if not connected:  # closed before accepting: a browser sees an HTTP 403, no code
+            return "403", []
         try:
             # The consumer handles one message at a time: once the disconnect is handled,
             # its connect (and the catch-up from after=0) has sent everything it would.
@@ -312,7 +312,9 @@ def _websocket(row: Row, persona: str, world: World) -> str:
         sent = []
         while not comm.output_queue.empty():
             sent.append(comm.output_queue.get_nowait())
-        return "accept", [m.get("text") or "" for m in sent if m["type"] == "websocket.send"]
+        texts = [m.get("text") or "" for m in sent if m["type"] == "websocket.send"]
+        closed = [m.get("code", 1000) for m in sent if m["type"] == "websocket.close"]
+        return (f"close {closed[0]}" if closed else "accept"), texts
 
     before = _state()
     status, texts = async_to_sync(listen)()
