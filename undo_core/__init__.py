@@ -19,6 +19,7 @@ from .clock import Clock, SystemClock
 from .declarative import RunResult, SagaDefinition, SagaStep, define_saga
 from .engine import CompensationFailureMode, Listener
 from .errors import (
+    ChangeRefused,
     GateError,
     LeaseError,
     SagaClosedError,
@@ -55,6 +56,7 @@ from .records import (
 )
 from .recovery import RecoveryResult, arecover, attach, recover
 from .reports import RollbackReport
+from .rules import StepFacts, check_change, is_unsettled, replay
 from .saga import AsyncSaga, Saga
 from .sqlite_store import SQLiteStore
 from .states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepState
@@ -76,6 +78,7 @@ __all__ = [
     "AuditRecord",
     "AuditSink",
     "AutoApproveGate",
+    "ChangeRefused",
     "Clock",
     "CompensationAttempt",
     "CompensationFailureMode",
@@ -109,6 +112,7 @@ __all__ = [
     "SagaStore",
     "SerializationError",
     "Severity",
+    "StepFacts",
     "StepNotFoundError",
     "StepSnapshot",
     "StepState",
@@ -125,8 +129,11 @@ __all__ = [
     "arecover",
     "attach",
     "audit_listener",
+    "check_change",
     "define_saga",
     "define_tool",
+    "is_unsettled",
     "recover",
+    "replay",
     "wrap_tools",
 ]
