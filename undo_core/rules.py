@@ -155,7 +155,8 @@ def check_change(
     the most a saga may have. Pure: it reads its arguments and nothing else.
     """
     record, snap, event = change
-    _check_event(record, snap, event)
+    if event.seq != record.seq:
+        raise _refuse("validation_error", "event.seq", "event.seq must equal saga.seq")
     if saga is None:
         if event.kind is not EventKind.SAGA or event.from_state is not None:
             raise _refuse(
@@ -176,12 +177,11 @@ def check_change(
     else:
         assert saga is not None
         _checkpoint_event(saga, record, snap, event)
+    _check_event(record, snap, event)
 
 
 def _check_event(record: SagaRecord, snap: StepSnapshot | None, event: SagaEvent) -> None:
-    """The event must describe the change it comes with."""
-    if event.seq != record.seq:
-        raise _refuse("validation_error", "event.seq", "event.seq must equal saga.seq")
+    """The event must describe the change it comes with (the log shows its names)."""
     if event.saga_id != record.id:
         raise _refuse("validation_error", "saga.id", "the event names another saga")
     step_id = None if snap is None else snap.id
