@@ -26,8 +26,9 @@ is reported as such (one difference naming the event), never silently passed.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Prefetch
@@ -122,7 +123,7 @@ def _verify_saga(saga: Saga, logged: list[tuple[int, str | None]]) -> list[Diffe
     slug = saga.project.slug
 
     def differ(step: str | None, name: str, stored: Any, replayed: Any) -> Difference:
-        return Difference(slug, saga.saga_id, step, name, stored, replayed)
+        return Difference(slug, saga.saga_id, step, name, _plain(stored), _plain(replayed))
 
     changes: list[SagaChange] = []
     undos: dict[str, Any] = {}
@@ -178,6 +179,21 @@ def _compare(
         if not _same(row.undo or {}, undo):
             found.append(differ(step_id, "step.undo", row.undo, undo))
     return found
+
+
+def _plain(value: Any) -> Any:
+    """A value as a report shows it: JSON-like (enums as their names, times in ISO 8601)."""
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def _same(a: Any, b: Any) -> bool:
