@@ -123,19 +123,23 @@ def _same(a: Any, b: Any) -> bool:
     """Equal as JSON: ``==`` alone takes ``True`` for ``1`` and ``1`` for ``1.0``."""
     if a is b:
         return True
-    if a != b:
+    if a != b or type(a) is not type(b):
         return False
-    return _same_types(a, b)
+    return not isinstance(a, (dict, list, tuple)) or _same_types(a, b)
 
 
 def _same_types(a: Any, b: Any) -> bool:
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return all(_same_types(v, b[k]) for k, v in a.items())
-    if isinstance(a, (list, tuple)):
-        return all(_same_types(x, y) for x, y in zip(a, b, strict=True))
+    """Of two equal containers: every value has the same type as its counterpart."""
+    pairs = zip(a.values(), (b[k] for k in a), strict=True) if type(a) is dict else zip(a, b)
+    for x, y in pairs:
+        if type(x) is not type(y):
+            return False
+        if type(x) in _CONTAINERS and not _same_types(x, y):
+            return False
     return True
+
+
+_CONTAINERS = {dict, list, tuple}
 
 
 def check_change(
