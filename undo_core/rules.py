@@ -130,7 +130,10 @@ def _same(a: Any, b: Any) -> bool:
 
 def _same_types(a: Any, b: Any) -> bool:
     """Of two equal containers: every value has the same type as its counterpart."""
-    pairs = zip(a.values(), (b[k] for k in a), strict=True) if type(a) is dict else zip(a, b)
+    if type(a) is dict:
+        pairs = zip(a.values(), (b[k] for k in a), strict=True)
+    else:
+        pairs = zip(a, b, strict=True)  # equal sequences: equal lengths
     for x, y in pairs:
         if type(x) is not type(y):
             return False
