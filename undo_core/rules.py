@@ -165,7 +165,7 @@ def check_change(
     if event.seq != record.seq:
         raise _refuse("validation_error", "event.seq", "event.seq must equal saga.seq")
     if saga is None:
-        if event.kind is not EventKind.SAGA or event.from_state is not None:
+        if event.kind != EventKind.SAGA or event.from_state is not None:
             raise _refuse(
                 "unknown_saga", "saga.id", f"saga {record.id!r} is unknown: its first event must "
                 "create it",
@@ -173,17 +173,19 @@ def check_change(
     else:
         _check_saga_fields(saga, record, event)
     kind = event.kind
-    if kind is EventKind.SAGA:
+    if kind == EventKind.SAGA:
         _saga_event(saga, record, snap, event, steps)
-    elif kind is EventKind.STEP:
+    elif kind == EventKind.STEP:
         assert saga is not None  # a first event is a saga event (above)
         _step_event(saga, step, snap, event, steps, max_steps)
-    elif kind is EventKind.ATTEMPT:
+    elif kind == EventKind.ATTEMPT:
         assert saga is not None
         _attempt_event(saga, step, snap, event)
-    else:
+    elif kind == EventKind.CHECKPOINT:
         assert saga is not None
         _checkpoint_event(saga, record, snap, event)
+    else:
+        raise _refuse("validation_error", "event.kind", f"unknown event kind {kind!r}")
     _check_event(record, snap, event)
 
 
@@ -212,7 +214,7 @@ def _check_saga_fields(saga: SagaRecord, record: SagaRecord, event: SagaEvent) -
             "stale_event", "event.seq", f"saga {saga.id!r} is at event {saga.seq}; event "
             f"{record.seq} is older",
         )  # fmt: skip
-    if event.kind is EventKind.SAGA and event.from_state is None:
+    if event.kind == EventKind.SAGA and event.from_state is None:
         raise _refuse("conflict", "saga.id", f"saga {saga.id!r} already exists")
     for name in ("name", "created_at", "options"):
         if not _same(getattr(record, name), getattr(saga, name)):
@@ -229,7 +231,7 @@ def _check_saga_fields(saga: SagaRecord, record: SagaRecord, event: SagaEvent) -
             "fixed_field", "saga.failed_step", f"saga {saga.id!r}: failed_step is "
             f"{saga.failed_step!r} for good",
         )  # fmt: skip
-    if event.kind is not EventKind.SAGA and record.status != saga.status:
+    if event.kind != EventKind.SAGA and record.status != saga.status:
         raise _refuse(
             "illegal_transition", "saga.status", f"saga {saga.id!r} is {saga.status}: only a "
             f"saga event changes its status, not a {event.kind} event",
@@ -248,7 +250,7 @@ def _saga_event(
     if event.to_state != record.status:
         raise _refuse("validation_error", "event.to_state", "event.to_state must equal saga.status")
     if saga is None:
-        if record.status is not SagaStatus.IN_PROGRESS:
+        if record.status != SagaStatus.IN_PROGRESS:
             raise _refuse("illegal_transition", "saga.status", "a new saga starts IN_PROGRESS")
         if record.failed_step is not None:
             raise _refuse("illegal_transition", "saga.failed_step", "a new saga has no failed step")
@@ -268,12 +270,12 @@ def _saga_event(
             )  # fmt: skip
     elif to in (SagaStatus.ROLLED_BACK, SagaStatus.ROLLBACK_FAILED):
         left = any(is_unsettled(s.state, s.has_undo, saga.status) for s in steps)
-        if to is SagaStatus.ROLLED_BACK and left:
+        if to == SagaStatus.ROLLED_BACK and left:
             raise _refuse(
                 "illegal_transition", "event.to_state", f"saga {saga.id!r} cannot be "
                 "ROLLED_BACK while an undo is waiting, failed, in doubt or not yet run",
             )  # fmt: skip
-        if to is SagaStatus.ROLLBACK_FAILED and not left:
+        if to == SagaStatus.ROLLBACK_FAILED and not left:
             raise _refuse(
                 "illegal_transition", "event.to_state", f"saga {saga.id!r} cannot be "
                 "ROLLBACK_FAILED: no undo is left for a person",
@@ -303,10 +305,10 @@ def _step_event(
             f"not {event.from_state}",
         )  # fmt: skip
     check_step_transition(step.state, snap.state, step_id=snap.id)
-    if step.state is StepState.PENDING:
+    if step.state == StepState.PENDING:
         allowed = (
             (SagaStatus.IN_PROGRESS,)
-            if snap.state is StepState.COMPLETED
+            if snap.state == StepState.COMPLETED
             else (SagaStatus.IN_PROGRESS, SagaStatus.FAILED)
         )
         if saga.status not in allowed:
@@ -320,7 +322,7 @@ def _step_event(
             "runs only while it is COMPENSATING or ROLLBACK_FAILED",
         )  # fmt: skip
     _check_identity(step, snap)
-    _check_attempts(step, snap, appending=step.state is StepState.COMPENSATING)
+    _check_attempts(step, snap, appending=step.state == StepState.COMPENSATING)
 
 
 def _new_step(
@@ -332,9 +334,9 @@ def _new_step(
 ) -> None:
     if step is not None:
         raise _refuse("conflict", "step.id", f"step {snap.id!r} already exists")
-    if snap.state is not StepState.PENDING:
+    if snap.state != StepState.PENDING:
         raise _refuse("illegal_transition", "step.state", "a new step starts PENDING")
-    if saga.status is not SagaStatus.IN_PROGRESS:
+    if saga.status != SagaStatus.IN_PROGRESS:
         raise _refuse(
             "illegal_transition", "saga.status", f"saga {saga.id!r} is {saga.status}: it has "
             "ended, so it takes no new step",
@@ -357,7 +359,7 @@ def _check_identity(step: StepSnapshot, snap: StepSnapshot) -> None:
             raise _refuse(
                 "fixed_field", f"step.{name}", f"step {snap.id!r}: its {name} never changes"
             )
-    if step.state is not StepState.PENDING:
+    if step.state != StepState.PENDING:
         for name in ("output", "completed_at"):
             if not _same(getattr(snap, name), getattr(step, name)):
                 raise _refuse(
@@ -405,7 +407,7 @@ def _attempt_event(
             "illegal_transition", "event.from_state", f"step {snap.id!r} is {step.state}, "
             f"not {event.from_state}",
         )  # fmt: skip
-    if step.state is not StepState.COMPENSATING or saga.status not in _UNDOING:
+    if step.state != StepState.COMPENSATING or saga.status not in _UNDOING:
         raise _refuse(
             "illegal_transition", "step.state", f"step {snap.id!r} is {step.state} in a "
             f"{saga.status} saga: an undo attempt is recorded only while its undo runs",
@@ -429,7 +431,7 @@ def _checkpoint_event(
         raise _refuse("validation_error", "step", "a checkpoint carries no step")
     if event.to_state != record.status:
         raise _refuse("validation_error", "event.to_state", "event.to_state must equal saga.status")
-    if saga.status.ended:
+    if SagaStatus(saga.status).ended:
         raise _refuse(
             "illegal_transition", "saga.status", f"saga {saga.id!r} is {saga.status}: an ended "
             "saga saves no checkpoint",
