@@ -36,6 +36,7 @@ the result must be exactly what a store holds.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection, Iterable
 from typing import Any, Protocol
 
@@ -89,6 +90,7 @@ IDENTITY = (
     "position",
     "created_at",
 )
+_IDENTITY_OF = operator.attrgetter(*IDENTITY)
 #: What only a step's move may change (an attempt event changes none of it).
 _MOVABLE = (
     "state",
@@ -216,11 +218,14 @@ def _check_saga_fields(saga: SagaRecord, record: SagaRecord, event: SagaEvent) -
         )  # fmt: skip
     if event.kind == EventKind.SAGA and event.from_state is None:
         raise _refuse("conflict", "saga.id", f"saga {saga.id!r} already exists")
-    for name in ("name", "created_at", "options"):
-        if not _same(getattr(record, name), getattr(saga, name)):
-            raise _refuse(
-                "fixed_field", f"saga.{name}", f"saga {saga.id!r}: its {name} never changes"
-            )
+    if (
+        record.name != saga.name
+        or record.created_at != saga.created_at
+        or not _same(record.options, saga.options)
+    ):
+        fixed = ("name", "created_at", "options")
+        name = next(n for n in fixed if not _same(getattr(record, n), getattr(saga, n)))
+        raise _refuse("fixed_field", f"saga.{name}", f"saga {saga.id!r}: its {name} never changes")
     if record.next_step_number < saga.next_step_number:
         raise _refuse(
             "fixed_field", "saga.next_step_number", f"saga {saga.id!r}: next_step_number "
@@ -354,24 +359,27 @@ def _new_step(
 
 
 def _check_identity(step: StepSnapshot, snap: StepSnapshot) -> None:
-    for name in IDENTITY:
-        if not _same(getattr(snap, name), getattr(step, name)):
-            raise _refuse(
-                "fixed_field", f"step.{name}", f"step {snap.id!r}: its {name} never changes"
-            )
-    if step.state != StepState.PENDING:
-        for name in ("output", "completed_at"):
-            if not _same(getattr(snap, name), getattr(step, name)):
-                raise _refuse(
-                    "fixed_field", f"step.{name}", f"step {snap.id!r}: its {name} is fixed "
-                    "once it left PENDING",
-                )  # fmt: skip
+    # One tuple comparison first (the engine's own moves carry the very same objects);
+    # the field at fault, and JSON exactness (``1`` is not ``true``), only past it.
+    if _IDENTITY_OF(snap) != _IDENTITY_OF(step) or not _same(snap.input, step.input):
+        name = next(n for n in IDENTITY if not _same(getattr(snap, n), getattr(step, n)))
+        raise _refuse("fixed_field", f"step.{name}", f"step {snap.id!r}: its {name} never changes")
+    if step.state != StepState.PENDING and (
+        snap.completed_at != step.completed_at or not _same(snap.output, step.output)
+    ):
+        name = "completed_at" if snap.completed_at != step.completed_at else "output"
+        raise _refuse(
+            "fixed_field", f"step.{name}", f"step {snap.id!r}: its {name} is fixed once it "
+            "left PENDING",
+        )  # fmt: skip
 
 
 def _check_attempts(step: StepSnapshot, snap: StepSnapshot, *, appending: bool) -> None:
     """Recorded attempts stay as they are; new ones only while an undo runs, numbered up."""
     old, new = step.compensation_attempts, snap.compensation_attempts
-    if len(new) < len(old) or any(a != b for a, b in zip(old, new, strict=False)):
+    if new is old:
+        return
+    if len(new) < len(old) or tuple(new[: len(old)]) != tuple(old):
         raise _refuse(
             "fixed_field", "step.attempts", f"step {snap.id!r}: recorded undo attempts are "
             "never changed or removed",
