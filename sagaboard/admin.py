@@ -60,7 +60,7 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 class StepInline(admin.TabularInline):  # type: ignore[type-arg]
     model = Step
-    fields = ["step_id", "tool_name", "state", "error", "updated_at"]
+    fields = ["step_id", "tool_name", "state", "error", "changed_at", "updated_at"]
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -68,7 +68,8 @@ class StepInline(admin.TabularInline):  # type: ignore[type-arg]
 
 @admin.register(Saga)
 class SagaAdmin(ReadOnlyAdmin):
-    list_display = ["name", "saga_id", "project", "status", "driver", "updated_at"]
+    # changed_at is the server's clock; updated_at what the agent reported.
+    list_display = ["name", "saga_id", "project", "status", "driver", "changed_at", "updated_at"]
     list_filter = ["status", "driver", "project"]
     search_fields = ["saga_id", "name"]
     inlines = [StepInline]
@@ -76,7 +77,7 @@ class SagaAdmin(ReadOnlyAdmin):
 
 @admin.register(Step)
 class StepAdmin(ReadOnlyAdmin):
-    list_display = ["step_id", "tool_name", "state", "saga", "updated_at"]
+    list_display = ["step_id", "tool_name", "state", "saga", "changed_at", "updated_at"]
     list_filter = ["state"]
     search_fields = ["tool_name", "saga__saga_id"]
 

@@ -14,14 +14,15 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse
-from ninja import NinjaAPI, Query, Status
+from ninja import Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.renderers import JSONRenderer
 from ninja.responses import NinjaJSONEncoder
 from ninja.security import HttpBearer
 
-from sagaboard import api_links, sagas, selectors
+from sagaboard import api_links, openapi_bounds, sagas, selectors
 from sagaboard.ingest import IngestError, events_ingest
+from sagaboard.json_body import BadValue
 from sagaboard.limits import InputRefused, JsonParser, NotJson
 from sagaboard.models import ApiToken, Saga, Step
 from sagaboard.rate_limits import (
@@ -32,6 +33,7 @@ from sagaboard.rate_limits import (
     wait_seconds,
 )
 from sagaboard.schemas import (
+    BIGINT,
     ErrorOut,
     EventBatchIn,
     EventBatchOut,
@@ -52,7 +54,6 @@ from sagaboard.tokens import token_authenticate
 from undo_core import SagaStatus
 
 log = logging.getLogger(__name__)
-BIGINT = 2**63 - 1  # the largest id or log position a database row can have
 
 
 class TokenAuth(HttpBearer):
@@ -82,7 +83,7 @@ class _Renderer(JSONRenderer):
     encoder_class = _Encoder
 
 
-api = NinjaAPI(
+api = openapi_bounds.BoundedNinjaAPI(
     renderer=_Renderer(),
     parser=JsonParser(),
     title="sagaboard",
@@ -140,11 +141,10 @@ def _input_refused(request: HttpRequest, exc: InputRefused) -> HttpResponse:
 def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     first = exc.errors[0] if exc.errors else {}
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "payload", "query", "path")]
-    field = ".".join(loc).replace(".[", "[") or None
-    index = None
-    if len(loc) > 1 and loc[0] == "events" and loc[1].isdigit():
-        index = int(loc[1])
-        field = "events[" + loc[1] + "]" + "".join(f".{p}" for p in loc[2:])
+    # Items of a list by their index in brackets (events[0].step.attempts[1].number), as
+    # the checks of a whole batch and of JSON values name them.
+    field = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc).lstrip(".") or None
+    index = int(loc[1]) if len(loc) > 1 and loc[0] == "events" and loc[1].isdigit() else None
     message = first.get("msg", "invalid request")
     return _error(
         request,
@@ -158,7 +158,11 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
 
 @api.exception_handler(AuthenticationError)
 def _unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    return _error(request, 401, "unauthorized", "a valid 'Authorization: Bearer' token is required")
+    response = _error(
+        request, 401, "unauthorized", "a valid 'Authorization: Bearer' token is required"
+    )
+    response["WWW-Authenticate"] = openapi_bounds.WWW_AUTHENTICATE  # RFC 6750
+    return response
 
 
 @api.exception_handler(RateLimited)
@@ -175,8 +179,14 @@ def _rate_limited(request: HttpRequest, exc: RateLimited) -> HttpResponse:
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    cause = exc.__cause__
+    if isinstance(cause, BadValue):  # a value the body holds cannot be stored: name it
+        field = cause.path or None
+        index = None
+        if field is not None and field.startswith("events["):
+            index = int(field[len("events[") : field.index("]")])
+        return _error(request, 422, "validation_error", str(cause), field=field, index=index)
     if exc.status_code == 400:
-        cause = exc.__cause__
         message = str(cause) if isinstance(cause, NotJson) else "the request body is not valid JSON"
         return _error(request, 400, "malformed_json", message)
     return _error(request, exc.status_code, "error", str(exc))
@@ -242,6 +252,8 @@ def _summary(saga: Saga) -> dict[str, Any]:
         "driver": saga.driver,
         "created_at": saga.created_at,
         "updated_at": saga.updated_at,
+        "received_at": saga.received_at,
+        "changed_at": saga.changed_at,
         "seq": saga.seq,
         "next_step_number": saga.next_step_number,
         "options": saga.options,
@@ -269,6 +281,7 @@ def _step(step: Step) -> dict[str, Any]:
         "created_at": step.created_at,
         "updated_at": step.updated_at,
         "completed_at": step.completed_at,
+        "changed_at": step.changed_at,
         "attempts": list(step.attempts.all()),
         "decision_note": step.decision_note,
         "decided_by": step.decided_by,
@@ -320,6 +333,7 @@ def list_saga_events(
             "from_state": e.from_state,
             "to_state": e.to_state,
             "at": e.at,
+            "recorded_at": e.recorded_at,
             "actor": e.actor,
             "detail": e.detail,
         }
@@ -450,7 +464,12 @@ def list_sagas(
     cursor: Text | None = None,
     limit: int = Query(50, ge=1, le=500),
 ) -> Any:
-    """Sagas newest first, filtered; follow ``next_cursor`` for the next page."""
+    """Sagas newest first, filtered; follow ``next_cursor`` for the next page.
+
+    "Newest", ``updated_after`` and ``updated_before`` go by the server's clock: when it
+    last stored a change to the saga (``changed_at``), not the ``updated_at`` the agent
+    reported.
+    """
     try:
         rows, next_cursor = selectors.saga_list(
             projects=[_token(request).project],

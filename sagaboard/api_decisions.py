@@ -12,12 +12,13 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.http import HttpRequest
-from ninja import Body, Query, Router
+from ninja import Body, Path, Query, Router
 from pydantic import Field
 
 from sagaboard import api_links, decisions
 from sagaboard.models import ApiToken
-from sagaboard.schemas import ErrorOut, Out, StrictSchema, Text
+from sagaboard.schemas import BIGINT, ErrorOut, Out, StrictSchema, Text, free_text
+from undo_core import StepState
 
 router = Router(tags=["decisions"])
 
@@ -28,6 +29,7 @@ ERRORS: dict[int | str, Any] = {
     409: ErrorOut,
     413: ErrorOut,
     422: ErrorOut,
+    429: ErrorOut,
     503: ErrorOut,
 }
 WAIT = Query(
@@ -39,7 +41,7 @@ WAIT = Query(
 
 
 class ApprovalAskIn(StrictSchema):
-    why: Text | None = Field(default=None, max_length=2000)
+    why: free_text(2000) | None = None  # type: ignore[valid-type]
 
 
 class ApprovalOut(Out):
@@ -67,7 +69,7 @@ class DecisionOut(Out):
     by: str | None
     reason: str | None
     at: str | None
-    state: str
+    state: StepState
 
 
 class AckIn(StrictSchema):
@@ -80,7 +82,7 @@ class AckOut(Out):
     by: str | None
     reason: str | None
     at: str | None
-    state: str
+    state: StepState
 
 
 def _token(request: HttpRequest) -> ApiToken:
@@ -126,7 +128,9 @@ def request_approval(
     response={200: ApprovalOut, **ERRORS},
     summary="Read (or wait for) an approval",
 )
-async def get_approval(request: HttpRequest, approval_id: int, wait: float = WAIT) -> Any:
+async def get_approval(
+    request: HttpRequest, approval_id: int = Path(..., ge=1, le=BIGINT), wait: float = WAIT
+) -> Any:
     """The approval; while PENDING, held up to ``wait`` seconds for a decision."""
     return await decisions.approval_wait(
         project=_token(request).project, approval_id=approval_id, wait=wait

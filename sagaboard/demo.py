@@ -26,10 +26,6 @@ from undo_core import Saga as EngineSaga
 DEMO_PROJECT = "demo"
 
 
-def _ok(result: Any) -> Callable[[Any], Any]:
-    return lambda inp: result
-
-
 def _fails(message: str) -> Callable[..., Any]:
     def fail(*args: Any) -> Any:
         raise ConnectionError(message)
@@ -41,18 +37,45 @@ def _noop(*args: Any) -> None:
     return None
 
 
-RETURN_ITEM = define_tool("return_item", _ok({"item": "882", "status": "returned"}), _noop)
-REFUND = define_tool("refund_payment", _ok({"id": "re_1", "amount": 4000}), _noop)
-REFUND_STUCK = define_tool(
-    "refund_payment", _ok({"id": "re_7", "amount": 12900}), _fails("Stripe API timed out")
-)
-REFUND_GATED = define_tool(
-    "refund_payment", _ok({"id": "re_9", "amount": 25000}), _noop, requires_approval=True
-)
+# Each tool answers about what it was given (the item returned is the item asked for, the
+# refund is of the charge given), so every demo saga's outputs agree with its inputs.
+def _returned(inp: dict[str, Any]) -> dict[str, Any]:
+    return {"itemId": inp["itemId"], "status": "returned"}
+
+
+def _refunded(inp: dict[str, Any]) -> dict[str, Any]:
+    return {"id": f"re_{inp['chargeId'].removeprefix('ch_')}", **inp}
+
+
+def _reserved(inp: dict[str, Any]) -> dict[str, Any]:
+    return {"sku": inp["sku"], "qty": inp["qty"], "reserved": True}
+
+
+def _charged(inp: dict[str, Any]) -> dict[str, Any]:
+    return {"charge": f"ch_{inp['customerId'].removeprefix('cus_')}", **inp}
+
+
+def _emailed(inp: dict[str, Any]) -> dict[str, Any]:
+    return {"to": inp["to"], "sent": True}
+
+
+RETURN_ITEM = define_tool("return_item", _returned, _noop)
+REFUND = define_tool("refund_payment", _refunded, _noop)
+REFUND_STUCK = define_tool("refund_payment", _refunded, _fails("Stripe API timed out"))
+REFUND_GATED = define_tool("refund_payment", _refunded, _noop, requires_approval=True)
 LABEL_DOWN = define_tool("generate_label", _fails("FedEx API returned 500"))
-RESERVE = define_tool("deduct_inventory", _ok({"sku": "abc", "qty": 1}), _noop)
-CHARGE = define_tool("charge_customer", _ok({"charge": "ch_123", "amount": 2999}), _noop)
-EMAIL = define_tool("send_email", _ok({"sent": True}))
+RESERVE = define_tool("deduct_inventory", _reserved, _noop)
+CHARGE = define_tool("charge_customer", _charged, _noop)
+EMAIL = define_tool("send_email", _emailed)
+
+
+def _return(item: str, amount: int, refund: Any = REFUND) -> list[tuple[Any, Any]]:
+    """StoreBot's return of ``item``: the item, the refund of its charge, its order's label."""
+    return [
+        (RETURN_ITEM, {"itemId": item}),
+        (refund, {"chargeId": f"ch_{item}", "amount": amount}),
+        (LABEL_DOWN, {"orderId": f"o-{item}"}),
+    ]
 
 
 class _Approver:
@@ -92,13 +115,7 @@ def _run(
 def demo_load() -> Project:
     """Create (once) the demo project and its sagas; returns the project."""
     project, _ = Project.objects.get_or_create(slug=DEMO_PROJECT, defaults={"name": "Demo shop"})
-    order = {"orderId": "o-1001"}
-    _run(
-        project,
-        "demo-storebot-return",
-        "storebot-return",
-        [(RETURN_ITEM, {"itemId": "882"}), (REFUND, {"chargeId": "ch_882"}), (LABEL_DOWN, order)],
-    )
+    _run(project, "demo-storebot-return", "storebot-return", _return("882", 4000))
     _run(
         project,
         "demo-checkout-ok",
@@ -109,28 +126,10 @@ def demo_load() -> Project:
             (EMAIL, {"to": "ada@example.com"}),
         ],
     )
-    _run(
-        project,
-        "demo-refund-stuck",
-        "storebot-return",
-        [
-            (RETURN_ITEM, {"itemId": "913"}),
-            (REFUND_STUCK, {"chargeId": "ch_913"}),
-            (LABEL_DOWN, order),
-        ],
-        on_compensation_failure="halt",
-    )
-    _run(
-        project,
-        "demo-refund-rejected",
-        "storebot-return",
-        [
-            (RETURN_ITEM, {"itemId": "774"}),
-            (REFUND_GATED, {"chargeId": "ch_774"}),
-            (LABEL_DOWN, order),
-        ],
-        gate=_Approver(),
-    )
+    stuck = _return("913", 12900, REFUND_STUCK)
+    _run(project, "demo-refund-stuck", "storebot-return", stuck, on_compensation_failure="halt")
+    rejected = _return("774", 25000, REFUND_GATED)
+    _run(project, "demo-refund-rejected", "storebot-return", rejected, gate=_Approver())
     _run(
         project,
         "demo-checkout-running",
@@ -141,13 +140,14 @@ def demo_load() -> Project:
     if not Saga.objects.filter(project=project, saga_id="demo-refund-awaiting").exists():
         # Run by sagaboard itself: the worker's rollback stops before the refund's undo,
         # which waits in the approval queue.
-        saga = storebot_server_saga(project, "demo-refund-awaiting")
+        saga = storebot_server_saga(project, "demo-refund-awaiting", item="561")
         runner.rollback_continue(saga.pk)
     if not Saga.objects.filter(project=project, saga_id="demo-return-failing").exists():
         # The return's undo fails twice: ROLLBACK_FAILED, on the needs-attention page.
         saga = storebot_server_saga(
-            project, "demo-return-failing", refund_needs_approval=False, return_fails_first=2
-        )
+            project, "demo-return-failing", refund_needs_approval=False, return_fails_first=2,
+            item="347",
+        )  # fmt: skip
         runner.rollback_continue(saga.pk)
     return project  # fmt: skip
 
@@ -163,20 +163,25 @@ def storebot_server_saga(
     refund_needs_approval: bool = True,
     return_fails_first: int = 0,
     token_pk: int | None = None,
+    item: str = "882",
 ) -> Saga:
     """StoreBot run by sagaboard: return_item, refund_payment, then generate_label fails.
 
-    The rollback is requested (saga COMPENSATING); a worker runs it from here.
+    The return of ``item``: each step's output is about its input (the item returned, the
+    refund of that item's charge, the label of its order). The rollback is requested
+    (saga COMPENSATING); a worker runs it from here.
     """
     sagas.saga_begin(
         project=project, event_id=_event_id(), name="storebot-return", saga_id=saga_id,
         token_pk=token_pk,
     )  # fmt: skip
+    charge = {"chargeId": f"ch_{item}", "amount": 120, "currency": "EUR"}
+    returned = {"itemId": item, "status": "returned", "rma": f"RMA-{item}"}
     steps = [
-        ("return_item", {"order": "A-17"}, {"rma": "RMA-882"},
+        ("return_item", {"itemId": item}, returned,
          {"kind": "handler", "handler": "storebot.return_item",
           "args": {"fail_first": return_fails_first}}, False),
-        ("refund_payment", {"amount": 120, "currency": "EUR"}, {"refund": "re_1"},
+        ("refund_payment", charge, {"refund": f"re_{item}", **charge},
          {"kind": "handler", "handler": "storebot.refund_payment"}, refund_needs_approval),
     ]  # fmt: skip
     for tool, given, output, undo, approval in steps:
@@ -189,7 +194,7 @@ def storebot_server_saga(
         )
     label = sagas.step_add(
         project=project, event_id=_event_id(), saga_id=saga_id, tool_name="generate_label",
-        input={}, undo={"kind": "none"},
+        input={"orderId": f"o-{item}"}, undo={"kind": "none"},
     )  # fmt: skip
     sagas.step_fail(
         project=project, event_id=_event_id(), saga_id=saga_id, step_id=label,

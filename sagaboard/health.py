@@ -130,7 +130,8 @@ def metrics_text() -> str:
           [({}, last["pk"] if last else 0)])  # fmt: skip
     lag = (last["recorded_at"] - last["at"]).total_seconds() if last else 0
     gauge("sagaboard_event_ingest_lag_seconds",
-          "For the newest event: how long after it happened sagaboard recorded it.",
+          "For the newest event: how long after the time its agent reported sagaboard "
+          "recorded it (an agent clock that is off shows here too).",
           [({}, max(lag, 0))])  # fmt: skip
     undelivered = Notification.objects.filter(delivered_at__isnull=True).count()
     gauge("sagaboard_notifications_undelivered", "Notifications not delivered yet.",

@@ -8,15 +8,13 @@ without htmx they redirect back with the same message.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from sagaboard import approvals, operations, queues, selectors
+from sagaboard import approvals, operations, outcomes, queues, selectors
 from sagaboard.approvals import DecisionRefused
 
 REFUSED_STATUS = {
@@ -57,20 +55,21 @@ def _answer(
     )
 
 
-def _bulk_answer(
-    request: HttpRequest, back: str, results: Sequence[tuple[int, object]]
-) -> HttpResponse:
-    """One message for a bulk action: how many were done, and why each other one was not."""
-    done = sum(1 for _, r in results if not isinstance(r, DecisionRefused))
-    refused = [f"#{pk}: {r.message}" for pk, r in results if isinstance(r, DecisionRefused)]
-    text = f"{done} of {len(results)} done." + (
-        " Not done: " + "; ".join(refused) if refused else ""
-    )
-    # Nothing done for one reason: that reason's status, as for a single item (a viewer's
-    # bulk approve is 403, another project's ids 404); mixed reasons: 409.
-    codes = {r.code for _, r in results if isinstance(r, DecisionRefused)}
-    status = 200 if done else REFUSED_STATUS.get(codes.pop(), 400) if len(codes) == 1 else 409
-    return _answer(request, back=back, text=text, ok=not refused, status=status)
+def _bulk_answer(request: HttpRequest, back: str, report: outcomes.Report) -> HttpResponse:
+    """A bulk action's report: a summary line, then what became of each item and why
+    (done, failed again, only requested, refused), never "done" for a mere request."""
+    # Nothing taken for one reason: that reason's status, as for a single item (a viewer's
+    # bulk approve is 403, another project's ids 404); refused for mixed reasons: 409.
+    codes = report.refusal_codes
+    status = 200
+    if report.count("refused") == len(report.items):
+        status = REFUSED_STATUS.get(codes.pop(), 400) if len(codes) == 1 else 409
+    if not _htmx(request):
+        (messages.success if report.ok else messages.error)(request, report.summary)
+        for item in report.items:
+            messages.info(request, item.line)
+        return redirect(back)
+    return render(request, "sagaboard/_bulk_report.html", {"report": report}, status=status)
 
 
 # ---------------------------------------------------------------- approvals
@@ -126,7 +125,8 @@ def approvals_bulk(request: HttpRequest) -> HttpResponse:
         approval_ids=ids, user=request.user,
         decision=request.POST.get("decision", ""), reason=request.POST.get("reason", ""),
     )  # fmt: skip
-    return _bulk_answer(request, "approval_queue", results)
+    report = outcomes.approvals_report(request.POST.get("decision", ""), results)
+    return _bulk_answer(request, "approval_queue", report)
 
 
 # ---------------------------------------------------------------- failed undos
@@ -160,9 +160,18 @@ def step_action(request: HttpRequest, pk: int) -> HttpResponse:
     except DecisionRefused as refused:
         return _answer(request, back=back, text=refused.message, ok=False,
                        status=REFUSED_STATUS.get(refused.code, 400))  # fmt: skip
-    verb = {"retry": "Retry requested", "resolve": "Resolve requested", "leave": "Left failed"}
-    text = f"{verb[request.POST['action']]}: {step.tool_name} ({step.step_id}) in {step.saga.name}."
-    return _answer(request, back=back, text=text, ok=True)
+    action = request.POST["action"]
+    step.refresh_from_db()  # a retry may have run already (tasks run eagerly): say what it did
+    result, detail = outcomes.step_outcome(action, step)
+    headline = {
+        "requested": f"{outcomes.VERBS[action]} requested",
+        "succeeded": "Left failed" if action == "leave" else f"{outcomes.VERBS[action]} done",
+        "failed": f"{outcomes.VERBS[action]} failed",
+    }[result]
+    text = f"{headline}: {step.tool_name} ({step.step_id}) in {step.saga.name}."
+    if result != "requested" and action != "leave":
+        text = f"{text[:-1]}: {detail}."
+    return _answer(request, back=back, text=text, ok=result != "failed")
 
 
 @login_required
@@ -183,4 +192,5 @@ def steps_bulk(request: HttpRequest) -> HttpResponse:
         step_pks=ids, user=request.user, action=request.POST.get("action", ""),
         reason=request.POST.get("reason", ""),
     )  # fmt: skip
-    return _bulk_answer(request, "attention", results)
+    report = outcomes.steps_report(request.POST.get("action", ""), results)
+    return _bulk_answer(request, "attention", report)

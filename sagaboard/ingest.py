@@ -60,19 +60,21 @@ class IngestResult:
 
 _SAGA_COLUMNS = [
     "name", "status", "updated_at", "seq", "next_step_number", "options",
-    "state", "failed_step", "lease_owner", "lease_expires_at",
+    "state", "failed_step", "lease_owner", "lease_expires_at", "changed_at",
 ]  # fmt: skip
 _STEP_COLUMNS = [
     "position", "tool_name", "state", "input", "output", "error", "error_type", "traceback",
     "has_undo", "requires_approval", "reversibility", "idempotency_key", "created_at",
     "updated_at", "completed_at", "decision_note", "decided_by", "metadata", "undo",
+    "changed_at",
 ]  # fmt: skip
 _EVENT_COLUMNS = [
     "project_id", "saga_id", "seq", "client_event_id", "digest", "kind", "step_id",
     "tool_name", "from_state", "to_state", "at", "actor", "detail", "recorded_at", "change",
 ]  # fmt: skip
 _SAGA_NEW_COLUMNS = [
-    "project_id", "saga_id", "driver", "created_at", "posted_by_token_id", *_SAGA_COLUMNS
+    "project_id", "saga_id", "driver", "created_at", "received_at", "posted_by_token_id",
+    *_SAGA_COLUMNS,
 ]  # fmt: skip
 _ATTEMPT_COLUMNS = ["step_id", "number", "started_at", "finished_at", "outcome", "error", "actor"]
 # What the rules compare of a stored saga and step (undo_core's SagaRecord, StepSnapshot).
@@ -129,6 +131,9 @@ class _Batch:
             )
         self.sagas = {row.saga_id: row for row in sagas.fetch()}
         self.seen = {row.client_event_id: (row.digest, row.id) for row in seen.fetch()}
+        # The server's clock, read once the sagas are locked: what this batch stores is
+        # received and changed now, whatever times its events carry (sagaboard.clock).
+        self.now = timezone.now()
         self.records: dict[str, SagaRecord] = {}
         for row in self.sagas.values():
             row.pk = row.id
@@ -183,11 +188,13 @@ class _Batch:
             saga = SimpleNamespace(
                 pk=None, saga_id=record.id, driver=Saga.Driver.CLIENT, created_at=None
             )
+            saga.received_at = self.now
             self.sagas[record.id] = saga
             if self.facts is not None:
                 self.facts[record.id] = {}
         saga.dirty = True
         copy_saga(saga, record)
+        saga.changed_at = self.now
         self.records[record.id] = record
         if snapshot is not None:
             key = (saga.saga_id, snapshot.id)
@@ -197,6 +204,7 @@ class _Batch:
                     pk=None, saga_id=None, step_id=snapshot.id, undo={}
                 )
             copy_step(row, snapshot, driver=saga.driver)
+            row.changed_at = self.now
             self.dirty_steps[key] = self.snaps[key] = snapshot
             if self.facts is not None:
                 self.facts.setdefault(saga.saga_id, {})[snapshot.id] = snapshot
@@ -245,13 +253,12 @@ class _Batch:
         step_keys = table(Step, ["saga_id", "step_id", *_STEP_COLUMNS]).insert(
             (row for row in steps if row.pk is None), returning=["id", "saga_id", "step_id"]
         )
-        now = timezone.now()
         logged = table(Event, _EVENT_COLUMNS).insert(
             (
                 SimpleNamespace(
                     **event_fields(saga, info, client_id, digest),
                     saga_id=saga.pk,
-                    recorded_at=now,
+                    recorded_at=self.now,
                     change=payload,
                 )
                 for saga, info, client_id, digest, payload in self.events

@@ -12,7 +12,9 @@ and the limit, before anything is stored:
   tracebacks, notes) at most ``SAGABOARD_MAX_VALUE_SIZE`` characters: 422;
 - steps in one saga: ``SAGABOARD_MAX_STEPS``, 422 ``limit_exceeded``;
 - events in one batch: ``SAGABOARD_API_MAX_BATCH``, 422;
-- names and ids: fixed by their columns (``schemas.Name``, ``schemas.ID``), 422.
+- names and ids: fixed by their columns (``schemas.Name``, ``schemas.identifier``), and
+  what they may hold by the text policy (``sagaboard.text_policy``), 422;
+- integers: their columns' ranges (``schemas.INT``, ``schemas.BIGINT``), 422.
 
 JSON that is not JSON (``NaN``, ``Infinity``) or that nests past what Python's parser can
 take is refused by ``JsonParser`` (400 / 422), not stored and then failed on the way out.

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from sagaboard import clock
 from undo_core import SagaStatus, StepState
 
 
@@ -86,7 +87,20 @@ class Saga(models.Model):
     status = models.CharField(max_length=20, choices=[(s.value, s.value) for s in SagaStatus])
     driver = models.CharField(max_length=10, choices=Driver.choices, default=Driver.CLIENT)
     created_at = models.DateTimeField()
+    """When the saga began, as its agent (or engine) reported it: shown, never trusted."""
     updated_at = models.DateTimeField()
+    """When it last changed, as its agent (or engine) reported it: shown, never trusted."""
+    received_at = models.DateTimeField(default=timezone.now)
+    """When this server first stored the saga, by the server's own clock."""
+    changed_at = models.DateTimeField(default=timezone.now)
+    """When this server last stored a change to the saga or one of its steps (a transition
+    from the agent, the engine or the manual-flow API), by the server's own clock.
+
+    Lists, cursors, "updated in the last ...", charts, retention and sweeps read this,
+    never ``updated_at``: an agent whose clock says 1970 or 9999 cannot hide a saga from
+    retention's guard or pin it to the top of every list. Operators' requests and
+    decisions are events of their own; what they lead the engine to do moves it.
+    """
     seq = models.BigIntegerField(default=0)
     next_step_number = models.IntegerField(default=1)
     options = JSONTextField(default=dict)
@@ -111,16 +125,26 @@ class Saga(models.Model):
         ]
         indexes = [
             # The dashboard's lists: newest first, optionally by status; keyset pagination
-            # orders by (updated_at, id), so the indexes match that ORDER BY exactly.
-            models.Index(fields=["project", "-updated_at", "-id"], name="saga_project_recent"),
+            # orders by (changed_at, id), so the indexes match that ORDER BY exactly.
+            models.Index(fields=["project", "-changed_at", "-id"], name="saga_project_recent"),
             models.Index(
-                fields=["project", "status", "-updated_at", "-id"], name="saga_project_status"
+                fields=["project", "status", "-changed_at", "-id"], name="saga_project_status"
             ),
-            models.Index(fields=["status", "-updated_at"], name="saga_status_recent"),
+            models.Index(fields=["status", "-changed_at"], name="saga_status_recent"),
         ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.saga_id})"
+
+    @property
+    def clock_skew(self) -> clock.ClockSkew | None:
+        """The agent's time furthest from the server's, when past ``SAGABOARD_CLOCK_SKEW``."""
+        return clock.clock_skew(
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            received_at=self.received_at,
+            changed_at=self.changed_at,
+        )
 
 
 class Step(models.Model):
@@ -143,6 +167,10 @@ class Step(models.Model):
     created_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
+    """``created_at``, ``updated_at``, ``completed_at``: as the agent (or engine) reported them."""
+    changed_at = models.DateTimeField(default=timezone.now)
+    """When this server last stored a transition of the step, by its own clock: how long an
+    undo has waited for a person is measured from here."""
     decision_note = models.TextField(null=True, blank=True)
     decided_by = models.CharField(max_length=200, null=True, blank=True)
     metadata = JSONTextField(default=dict)
@@ -163,7 +191,7 @@ class Step(models.Model):
         ]
         indexes = [
             models.Index(fields=["tool_name", "saga"], name="step_tool"),
-            models.Index(fields=["state", "updated_at"], name="step_state_recent"),
+            models.Index(fields=["state", "changed_at"], name="step_state_recent"),
         ]
         ordering = ["position"]
 
@@ -369,6 +397,12 @@ class ApprovalVote(models.Model):
             models.UniqueConstraint(fields=["approval", "user"], name="vote_once_per_person")
         ]
         ordering = ["at"]
+
+    @property
+    def decided(self) -> str:
+        """The decision as a sentence says it ("approved by ann"): built from the verb with a
+        "d" it read "rejectd"."""
+        return {"approve": "approved", "reject": "rejected"}.get(self.decision, self.decision)
 
 
 class Notification(models.Model):

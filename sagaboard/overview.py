@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.core.cache import cache
 from django.db.models import Count
@@ -63,39 +63,37 @@ def steps_needing_attention(projects: Sequence[Project], *, limit: int = 20) -> 
     """Undos that wait for a person: failed, awaiting approval, or in doubt; oldest first.
 
     One short query per state, merged (as ``recent_failures``): each walks the
-    (state, updated_at) index from its oldest end. With ``state IN (...)`` SQLite
+    (state, changed_at) index from its oldest end. With ``state IN (...)`` SQLite
     scans every saga to join from, and PostgreSQL sorts every matching step; both
     grow with the table (the page benchmark measured 250 ms at 400,000 steps).
+    Oldest by the server's clock: since the server stored the step's move, not since
+    the time its agent reported.
     """
     rows = [
         step
         for state in ATTENTION_STEP_STATES
         for step in Step.objects.filter(state=state, saga__project__in=projects)
         .select_related("saga__project")
-        .order_by("updated_at", "pk")[:limit]
+        .order_by("changed_at", "pk")[:limit]
     ]
-    return sorted(rows, key=_oldest_first)[:limit]
-
-
-def _oldest_first(step: Step) -> tuple[bool, datetime, int]:
-    # A step without a time goes last, as PostgreSQL orders NULLs in ascending order.
-    return (step.updated_at is None, step.updated_at or datetime.min.replace(tzinfo=UTC), step.pk)
+    return sorted(rows, key=lambda s: (s.changed_at, s.pk))[:limit]
 
 
 def recent_failures(projects: Sequence[Project], *, limit: int = 10) -> list[Saga]:
     """The newest sagas that did not complete (rolled back, rollback failed, failed).
 
-    One short query per status, merged: each walks the (project, status, -updated_at)
+    One short query per status, merged: each walks the (project, status, -changed_at)
     index from its top, where ``status IN (...)`` would sort every failed saga first.
+    Newest by the server's clock (``changed_at``).
     """
     rows = [
         saga
         for status in FAILED_SAGA_STATUSES
         for saga in Saga.objects.filter(project__in=projects, status=status)
         .select_related("project")
-        .order_by("-updated_at", "-id")[:limit]
+        .order_by("-changed_at", "-id")[:limit]
     ]
-    return sorted(rows, key=lambda s: (s.updated_at, s.pk), reverse=True)[:limit]
+    return sorted(rows, key=lambda s: (s.changed_at, s.pk), reverse=True)[:limit]
 
 
 @dataclass(frozen=True)
@@ -119,6 +117,8 @@ def throughput(
 ) -> list[Bucket]:
     """Sagas that came to rest per bucket (5 min over the last hour, 1 h over the day), by status.
 
+    Bucketed by when the server stored the change (``changed_at``), not the agent's time.
+
     Cached for a minute: the chart scans the window's rows, and a chart that is
     a minute old still answers "is something wrong right now?".
     """
@@ -135,9 +135,9 @@ def _throughput(project_ids: list[int], window: str, now: datetime) -> list[Buck
     span, step = WINDOWS[window]
     end = _floor(now, step) + step
     start = end - span
-    trunc = TruncMinute("updated_at") if step < timedelta(hours=1) else TruncHour("updated_at")
+    trunc = TruncMinute("changed_at") if step < timedelta(hours=1) else TruncHour("changed_at")
     rows = (
-        Saga.objects.filter(project_id__in=project_ids, updated_at__gte=start, status__in=_RESTING)
+        Saga.objects.filter(project_id__in=project_ids, changed_at__gte=start, status__in=_RESTING)
         .annotate(t=trunc)
         .values("t", "status")
         .annotate(n=Count("pk"))

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from sagaboard import selectors
 from sagaboard.models import ApprovalPolicy, AuditEntry, Project
 from sagaboard.policies import PolicyInvalid, policy_save
+from sagaboard.present import json_text
 
 AUDIT_PAGE = 500
 SINCE = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7),
@@ -142,5 +143,6 @@ def _csv(entries: Iterator[AuditEntry]) -> Iterator[str]:
     for e in entries:
         yield writer.writerow(
             [_cell(v) for v in (e.at.isoformat(), e.project.slug if e.project else "",
-                                 e.actor, e.action, e.target, e.reason, e.data)]
+                                 e.actor, e.action, e.target, e.reason,
+                                 json_text(e.data, indent=None))]
         )  # fmt: skip

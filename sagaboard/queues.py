@@ -76,7 +76,10 @@ class FailureGroup:
 
 
 def failures_open(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) -> list[FailureGroup]:
-    """Failed or in-doubt undos nobody has settled or left, grouped by error signature."""
+    """Failed or in-doubt undos nobody has settled or left, grouped by error signature.
+
+    Oldest first by the server's clock (when it stored each step's move).
+    """
     steps = list(
         Step.objects.filter(
             saga__project__in=projects,
@@ -87,7 +90,7 @@ def failures_open(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) -> l
         .prefetch_related(
             Prefetch("attempts", queryset=CompensationAttempt.objects.order_by("number"))
         )
-        .order_by("updated_at", "pk")[:limit]
+        .order_by("changed_at", "pk")[:limit]
     )
     groups: dict[str, FailureGroup] = {}
     for step in steps:

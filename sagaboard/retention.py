@@ -14,9 +14,12 @@ those decisions stay in the audit log. Never touched, however old:
   ``pending_action``, or a live lease (a worker holds it). These should not exist
   for a finished saga; the guard covers the moment a race leaves one behind.
 
-"Older than" reads ``Saga.updated_at``: the last change of any kind.
+"Older than" reads ``Saga.changed_at``: when this server last stored a change to
+the saga, by its own clock. Never the time the agent reported (``updated_at``): an
+agent whose clock says 1970 must not get a saga it just posted deleted, and one
+whose clock says 9999 must not keep its sagas for ever.
 
-**How.** In batches (``batch`` sagas, oldest first, walking ``(updated_at, id)``
+**How.** In batches (``batch`` sagas, oldest first, walking ``(changed_at, id)``
 so a skipped saga is not picked again in the same run), each batch in its own
 transaction: the candidates are read again inside the transaction under row
 locks (``SELECT ... FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite serialises
@@ -150,7 +153,7 @@ def _expired(cutoff: datetime, now: datetime) -> QuerySet[Saga]:
         ~Exists(pending_approval),
         ~Exists(pending_action),
         status__in=FINISHED,
-        updated_at__lt=cutoff,
+        changed_at__lt=cutoff,
     )
 
 
@@ -228,12 +231,12 @@ def retention_run(
 def _candidates(
     cutoff: datetime, now: datetime, after: tuple[datetime, int] | None, limit: int
 ) -> list[tuple[datetime, int]]:
-    """The next ``limit`` old finished sagas after ``after``, oldest first: (updated_at, pk)."""
+    """The next ``limit`` old finished sagas after ``after``, oldest first: (changed_at, pk)."""
     qs = _expired(cutoff, now)
     if after is not None:
         at, pk = after
-        qs = qs.filter(Q(updated_at__gt=at) | Q(updated_at=at, pk__gt=pk))
-    return list(qs.order_by("updated_at", "pk").values_list("updated_at", "pk")[:limit])
+        qs = qs.filter(Q(changed_at__gt=at) | Q(changed_at=at, pk__gt=pk))
+    return list(qs.order_by("changed_at", "pk").values_list("changed_at", "pk")[:limit])
 
 
 def _locked(qs: QuerySet[Saga]) -> QuerySet[Saga]:
@@ -251,7 +254,7 @@ def _locked(qs: QuerySet[Saga]) -> QuerySet[Saga]:
 
 def _rows(qs: QuerySet[Saga]) -> list[tuple[int, str, str]]:
     """(pk, project slug, saga_id) of each saga, oldest first."""
-    return list(qs.order_by("updated_at", "pk").values_list("pk", "project__slug", "saga_id"))
+    return list(qs.order_by("changed_at", "pk").values_list("pk", "project__slug", "saga_id"))
 
 
 def _count(report: RetentionReport, pks: list[int]) -> None:
@@ -352,7 +355,7 @@ def _row(obj: models.Model) -> dict[str, Any]:
 
 
 def _archive_lines(pks: list[int], now: datetime) -> list[str]:
-    sagas = Saga.objects.filter(pk__in=pks).select_related("project").order_by("updated_at", "pk")
+    sagas = Saga.objects.filter(pk__in=pks).select_related("project").order_by("changed_at", "pk")
     steps: dict[int, list[dict[str, Any]]] = defaultdict(list)
     attempts: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for attempt in CompensationAttempt.objects.filter(step__saga_id__in=pks).order_by("pk"):

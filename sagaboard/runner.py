@@ -302,7 +302,7 @@ def orphaned_work(*, stale_seconds: float = 30.0) -> list[tuple[str, int]]:
     cutoff = now - timedelta(seconds=stale_seconds)
     sagas = (
         Saga.objects.filter(
-            driver=Saga.Driver.SERVER, status=SagaStatus.COMPENSATING, updated_at__lt=cutoff
+            driver=Saga.Driver.SERVER, status=SagaStatus.COMPENSATING, changed_at__lt=cutoff
         )
         .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
         .exclude(approvals__status=Approval.Status.PENDING)

@@ -6,7 +6,7 @@ The transition event mirrors undo_core's ``SagaChange`` (see docs/api.md).
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, NoReturn
 
 from django.http import HttpRequest
@@ -17,17 +17,27 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationInfo,
-    field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from sagaboard import limits
+from sagaboard import limits, text_policy
 from sagaboard.limits import InputRefused, JsonObject, JsonValue
-from undo_core import EventKind, SagaStatus, StepState
+from undo_core import AttemptOutcome, EventKind, SagaStatus, StepState
 
-ID = Field(min_length=1, max_length=100)
-NAME = Field(min_length=1, max_length=200, json_schema_extra={"pattern": r"\S"})
+BIGINT = 2**63 - 1
+"""The largest value of a BigIntegerField (a saga's or an event's ``seq``, a row id)."""
+INT = 2**31 - 1
+"""The largest value of an IntegerField on PostgreSQL (positions, step and attempt numbers)."""
+
+_ID_POLICY = (
+    "An identifier: Unicode NFKC, no control, format (zero-width, bidi), surrogate, "
+    "private-use or unassigned character, no space at either end or two in a row, "
+    "letters of one script (docs/security.md, Text)."
+)
+_TEXT_POLICY = "Kept exactly as sent; NUL and lone surrogates are refused."
+_VALUE_SIZE = {"x-sagaboard-max-length": "SAGABOARD_MAX_VALUE_SIZE"}
+"""Marks a text bounded by a setting: the OpenAPI schema states its current value."""
 
 _TIME_FORMAT = "expected an RFC 3339 date-time with its offset, e.g. 2026-01-31T12:00:00Z"
 _RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)")
@@ -43,30 +53,92 @@ def _rfc3339(value: Any) -> Any:
     raise PydanticCustomError("datetime_format", _TIME_FORMAT)
 
 
-Timestamp = Annotated[datetime, BeforeValidator(_rfc3339)]
-"""A time as the API takes it: RFC 3339 (ISO 8601 with a UTC offset), nothing looser."""
+_OUT_OF_RANGE = "is out of range once converted to UTC (years 0001 to 9999)"
 
 
-def _no_nul(value: str | None) -> str | None:
-    # PostgreSQL text cannot hold NUL; keep every other character as sent.
-    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+def utc_overflows(value: str) -> bool:
+    """Whether an RFC 3339 time falls outside years 1..9999 in UTC (``9999-12-31T23:00-05:00``).
+
+    Only the first and last years can: the rest is left to the parser, which names it.
+    """
+    if value[:4] not in ("0001", "9999"):
+        return False
+    try:
+        datetime.fromisoformat(value.upper()).astimezone(UTC)
+    except OverflowError:
+        return True
+    except ValueError:
+        return False
+    return False
 
 
-def _not_blank(value: str) -> str:
-    # undo_core refuses a saga or tool name that is only whitespace (str.strip); so do we,
-    # before the engine is reached, and the schema says so (pattern: a non-space).
-    if not value.strip():
-        raise PydanticCustomError("blank", "must not be blank")
+def _in_utc_range(value: datetime) -> datetime:
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise PydanticCustomError("datetime_range", _OUT_OF_RANGE) from None
     return value
 
 
-Name = Annotated[str, NAME, AfterValidator(_not_blank)]
-"""A saga's or a tool's name: 1..200 characters, not all whitespace."""
-EventId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nul)]
+Timestamp = Annotated[datetime, BeforeValidator(_rfc3339), AfterValidator(_in_utc_range)]
+"""A time as the API takes it: RFC 3339 (ISO 8601 with a UTC offset), nothing looser, and
+within years 1..9999 once in UTC (a database stores it in UTC)."""
+
+
+def _refused(kind: str, problem: str | None) -> None:
+    if problem is not None:
+        raise PydanticCustomError(kind, "{reason}", {"reason": problem})
+
+
+def _identifier(value: str) -> str:
+    _refused("identifier", text_policy.identifier_problem(value))
+    return value
+
+
+def _free_text(value: str) -> str:
+    _refused("text", text_policy.text_problem(value))
+    return value
+
+
+def _name(value: str) -> str:
+    _refused("name", text_policy.name_problem(value))
+    return value
+
+
+def identifier(max_length: int) -> Any:
+    """An identifier field type (``sagaboard.text_policy``) of at most ``max_length``."""
+    return Annotated[
+        str,
+        Field(min_length=1, max_length=max_length, description=_ID_POLICY),
+        AfterValidator(_identifier),
+    ]
+
+
+def free_text(max_length: int, min_length: int | None = None) -> Any:
+    """Free text kept as sent (``sagaboard.text_policy``) of at most ``max_length``."""
+    field = Field(min_length=min_length, max_length=max_length, description=_TEXT_POLICY)
+    return Annotated[str, field, AfterValidator(_free_text)]
+
+
+Name = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=200,
+        description="Free text (kept as sent) holding a visible character; no NUL or lone "
+        "surrogate.",
+    ),
+    AfterValidator(_name),
+]
+"""A saga's name: 1..200 characters, one of them visible."""
+EventId = identifier(200)
 """The client's idempotency key for one event or call."""
-Text = Annotated[str, AfterValidator(_no_nul)]
-"""A string as the server stores it: NUL reads as U+FFFD (PostgreSQL text cannot hold NUL),
-so an id in a path or a filter finds what a body with the same characters stored."""
+SagaId = identifier(100)
+ToolName = identifier(200)
+Text = Annotated[str, Field(max_length=200), AfterValidator(_free_text)]
+"""An id or a filter in a path or a query, at most 200 characters (the longest stored id):
+NUL and lone surrogates are refused (nothing stored holds them); other characters are
+looked up as sent, so ids stored before the text policy stay reachable."""
 
 
 class StrictSchema(BaseModel):
@@ -76,71 +148,68 @@ class StrictSchema(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# The parts of a transition event. Their texts follow sagaboard.text_policy, checked for
+# the whole batch by ``_BatchPass`` (not by a validator per field): the fields below only
+# state the bounds, which the schema shows.
+_IDENT = {"description": _ID_POLICY}
+_FREE = {"description": _TEXT_POLICY}
+
+
 class AttemptIn(StrictSchema):
-    number: int = Field(ge=1)
+    number: int = Field(ge=1, le=INT)
     started_at: datetime
     finished_at: datetime | None = None
-    outcome: Literal["succeeded", "failed", "timed_out", "interrupted"] | None = None
-    error: str | None = None
-    actor: str | None = Field(default=None, max_length=200)
-
-    _clean = field_validator("error", "actor")(_no_nul)
+    outcome: AttemptOutcome | None = None
+    error: str | None = Field(default=None, json_schema_extra={**_FREE, **_VALUE_SIZE})
+    actor: str | None = Field(default=None, max_length=200, json_schema_extra=_FREE)
 
 
 class SagaIn(StrictSchema):
-    id: str = ID
-    name: str = NAME
+    id: str = Field(min_length=1, max_length=100, json_schema_extra=_IDENT)
+    name: str = Field(min_length=1, max_length=200, json_schema_extra={**_FREE, "pattern": r"\S"})
     status: SagaStatus
     created_at: datetime
     updated_at: datetime
-    seq: int = Field(ge=1)
-    next_step_number: int = Field(ge=1)
+    seq: int = Field(ge=1, le=BIGINT)
+    next_step_number: int = Field(ge=1, le=INT)
     options: dict[str, Any] = Field(default_factory=dict)
     state: Any = None
-    failed_step: str | None = Field(default=None, max_length=100)
-
-    _clean = field_validator("id", "name", "failed_step")(_no_nul)
+    failed_step: str | None = Field(default=None, max_length=100, json_schema_extra=_IDENT)
 
 
 class StepIn(StrictSchema):
-    id: str = ID
-    position: int = Field(ge=0)
-    tool_name: str = NAME
+    id: str = Field(min_length=1, max_length=100, json_schema_extra=_IDENT)
+    position: int = Field(ge=0, le=INT)
+    tool_name: str = Field(min_length=1, max_length=200, json_schema_extra=_IDENT)
     state: StepState
     input: Any = None
     output: Any = None
-    error: str | None = None
-    error_type: str | None = Field(default=None, max_length=200)
-    traceback: str | None = None
+    error: str | None = Field(default=None, json_schema_extra={**_FREE, **_VALUE_SIZE})
+    error_type: str | None = Field(default=None, max_length=200, json_schema_extra=_FREE)
+    traceback: str | None = Field(default=None, json_schema_extra={**_FREE, **_VALUE_SIZE})
     has_undo: bool = True
     requires_approval: bool = False
     reversibility: Literal["reversible", "partial", "irreversible"] = "reversible"
-    idempotency_key: str = Field(min_length=1, max_length=250)
+    idempotency_key: str = Field(min_length=1, max_length=250, json_schema_extra=_IDENT)
     created_at: datetime | None = None
     updated_at: datetime | None = None
     completed_at: datetime | None = None
     attempts: list[AttemptIn] = Field(default_factory=list, max_length=1000)
-    decision_note: str | None = None
-    decided_by: str | None = Field(default=None, max_length=200)
+    decision_note: str | None = Field(default=None, json_schema_extra={**_FREE, **_VALUE_SIZE})
+    decided_by: str | None = Field(default=None, max_length=200, json_schema_extra=_FREE)
     metadata: dict[str, Any] = Field(default_factory=dict)
-
-    _clean = field_validator(
-        "id", "tool_name", "error", "error_type", "traceback", "decision_note", "decided_by"
-    )(_no_nul)
 
 
 class EventInfoIn(StrictSchema):
-    seq: int = Field(ge=1)
+    seq: int = Field(ge=1, le=BIGINT)
     kind: EventKind
-    step_id: str | None = Field(default=None, max_length=100)
-    tool_name: str | None = Field(default=None, max_length=200)
+    step_id: str | None = Field(default=None, max_length=100, json_schema_extra=_IDENT)
+    tool_name: str | None = Field(default=None, max_length=200, json_schema_extra=_IDENT)
     from_state: str | None = Field(default=None, max_length=20)
     to_state: str = Field(max_length=20)
     at: datetime
-    actor: str | None = Field(default=None, max_length=200)
-    detail: str | None = None
-
-    _clean = field_validator("step_id", "tool_name", "actor", "detail")(_no_nul)
+    actor: str | None = Field(default=None, max_length=200, json_schema_extra=_FREE)
+    detail: str | None = Field(default=None, json_schema_extra={**_FREE, **_VALUE_SIZE})
 
 
 class TransitionIn(StrictSchema):
@@ -148,7 +217,7 @@ class TransitionIn(StrictSchema):
     whole batch in one pass (``EventBatchIn``), not by a validator per field: a thousand
     events would pay some twenty Python calls each."""
 
-    event_id: str = Field(min_length=1, max_length=200)
+    event_id: str = Field(min_length=1, max_length=200, json_schema_extra=_IDENT)
     type: Literal["transition"]
     saga: SagaIn
     step: StepIn | None = None
@@ -156,7 +225,9 @@ class TransitionIn(StrictSchema):
 
 
 class EventBatchIn(StrictSchema):
-    events: list[TransitionIn] = Field(min_length=1)
+    events: list[TransitionIn] = Field(
+        min_length=1, json_schema_extra={"x-sagaboard-max-items": "SAGABOARD_API_MAX_BATCH"}
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -170,9 +241,10 @@ class EventBatchIn(StrictSchema):
 
 
 class _BatchPass:
-    """What the batch checks in each raw event: times (RFC 3339), names (not blank), JSON
-    values (depth, size), texts (size); NUL out of the strings PostgreSQL cannot hold it in.
-    A mistyped part is skipped: the fields' own validation names it afterwards."""
+    """What the batch checks in each raw event: times (RFC 3339, within range in UTC),
+    identifiers, names and texts (``sagaboard.text_policy``), JSON values (depth, size),
+    texts (size). A mistyped part is skipped: the fields' own validation names it
+    afterwards."""
 
     def __init__(self, body_size: int | None) -> None:
         self.depth, self.size = limits.max_json_depth(), limits.max_value_size()
@@ -190,47 +262,65 @@ class _BatchPass:
         raise InputRefused(f"{field}: {message}", field, self.index)
 
     def event(self, event: dict[str, Any]) -> None:
-        event_id = event.get("event_id")
-        if type(event_id) is str and "\x00" in event_id:
-            event["event_id"] = _no_nul(event_id)
+        self.identifiers(event, "", "event_id")
         saga, step, info = event.get("saga"), event.get("step"), event.get("event")
         if type(saga) is dict:
+            self.identifiers(saga, "saga.", "id", "failed_step")
             self.times(saga, "saga", "created_at", "updated_at")
             self.name(saga, "saga", "name")
             self.values(saga, "saga", "options", "state")
         if type(step) is dict:
+            self.identifiers(step, "step.", "id", "tool_name", "idempotency_key")
             self.times(step, "step", "created_at", "updated_at", "completed_at")
-            self.name(step, "step", "tool_name")
             self.values(step, "step", "input", "output", "metadata")
             self.texts(step, "step", "error", "traceback", "decision_note")
-            self.nul_free(step, "idempotency_key")
+            self.short_texts(step, "step", "error_type", "decided_by")
             attempts = step.get("attempts")
             for n, attempt in enumerate(attempts if type(attempts) is list else ()):
                 if type(attempt) is dict:
                     self.times(attempt, f"step.attempts[{n}]", "started_at", "finished_at")
                     self.texts(attempt, f"step.attempts[{n}]", "error")
+                    self.short_texts(attempt, f"step.attempts[{n}]", "actor")
         if type(info) is dict:
+            self.identifiers(info, "event.", "step_id", "tool_name")
             self.times(info, "event", "at")
             self.texts(info, "event", "detail")
-            self.nul_free(info, "from_state", "to_state")
+            self.short_texts(info, "event", "actor", "from_state", "to_state")
+
+    def identifiers(self, obj: dict[str, Any], part: str, *names: str) -> None:
+        for name in names:
+            value = obj.get(name)
+            if type(value) is str:
+                problem = text_policy.identifier_problem(value)
+                if problem is not None:
+                    self.refuse(f"{part}{name}", problem)
 
     def times(self, obj: dict[str, Any], part: str, *names: str) -> None:
         for name in names:
             value = obj.get(name)
-            if value is not None and not (type(value) is str and _RFC3339.fullmatch(value)):
+            if value is None:
+                continue
+            if not (type(value) is str and _RFC3339.fullmatch(value)):
                 self.refuse(f"{part}.{name}", _TIME_FORMAT)
+            if utc_overflows(value):
+                self.refuse(f"{part}.{name}", _OUT_OF_RANGE)
 
     def name(self, obj: dict[str, Any], part: str, name: str) -> None:
         value = obj.get(name)
-        if type(value) is str and not value.strip():
-            self.refuse(f"{part}.{name}", "must not be blank")
+        if type(value) is str:
+            problem = text_policy.name_problem(value)
+            if problem is not None:
+                self.refuse(f"{part}.{name}", problem)
 
     def values(self, obj: dict[str, Any], part: str, *names: str) -> None:
+        # Lone surrogates and numbers past a double's range were refused with the body
+        # (sagaboard.json_body): only Python's parser lets them through, and only there.
         for name in names:
             value = obj.get(name)
             kind = type(value)
-            if kind is str:
-                self.texts(obj, part, name)
+            if kind is str:  # a JSON string: NUL is kept (stored escaped)
+                if len(value) > self.size:
+                    self.refuse(f"{part}.{name}", limits.too_large(self.size))
             elif kind is dict or kind is list:
                 problem = limits.value_problem(
                     value, depth=self.depth, size=self.size, measure=self.measure
@@ -241,15 +331,25 @@ class _BatchPass:
     def texts(self, obj: dict[str, Any], part: str, *names: str) -> None:
         for name in names:
             value = obj.get(name)
-            if type(value) is str and len(value) > self.size:
-                self.refuse(f"{part}.{name}", limits.too_large(self.size))
+            if type(value) is str:
+                if len(value) > self.size:
+                    self.refuse(f"{part}.{name}", limits.too_large(self.size))
+                self.text(value, part, name)
 
-    @staticmethod
-    def nul_free(obj: dict[str, Any], *names: str) -> None:
+    def short_texts(self, obj: dict[str, Any], part: str, *names: str) -> None:
         for name in names:
             value = obj.get(name)
-            if type(value) is str and "\x00" in value:
-                obj[name] = _no_nul(value)
+            if type(value) is str:
+                self.text(value, part, name)
+
+    def text(self, value: str, part: str, name: str) -> None:
+        problem = text_policy.text_problem(value)
+        if problem is not None:
+            self.refuse(f"{part}.{name}", problem)
+
+
+Actor = free_text(200)
+"""Who did something, as the client names them (free text)."""
 
 
 class UndoIn(StrictSchema):
@@ -257,31 +357,27 @@ class UndoIn(StrictSchema):
     agent undoes it itself), or in sagaboard: ``handler``, ``webhook``, ``command``."""
 
     kind: Literal["none", "client", "handler", "webhook", "command"] = "none"
-    handler: str | None = Field(default=None, max_length=200)
+    handler: identifier(200) | None = None  # type: ignore[valid-type]
     args: JsonObject = Field(default_factory=dict)
-    url: str | None = Field(default=None, max_length=2000)
-    command: str | None = Field(default=None, max_length=10_000)
+    url: free_text(2000) | None = None  # type: ignore[valid-type]
+    command: free_text(10_000) | None = None  # type: ignore[valid-type]
 
 
 class SagaBeginIn(StrictSchema):
     event_id: EventId
-    id: str | None = Field(default=None, min_length=1, max_length=100)
+    id: SagaId | None = None
     name: Name
     on_compensation_failure: Literal["continue", "halt"] = "halt"
-    actor: str | None = Field(default=None, max_length=200)
-
-    _clean = field_validator("id", "name", "actor")(_no_nul)
+    actor: Actor | None = None
 
 
 class StepAddIn(StrictSchema):
     event_id: EventId
-    tool_name: Name
+    tool_name: ToolName
     input: JsonValue = None
     undo: UndoIn = Field(default_factory=UndoIn)
     requires_approval: bool = False
     reversibility: Literal["reversible", "partial", "irreversible"] = "reversible"
-
-    _clean = field_validator("tool_name")(_no_nul)
 
 
 class StepCompleteIn(StrictSchema):
@@ -291,17 +387,19 @@ class StepCompleteIn(StrictSchema):
 
 class StepFailIn(StrictSchema):
     event_id: EventId
-    error: str = Field(min_length=1, max_length=100_000)
-
-    _clean = field_validator("error")(_no_nul)
+    error: free_text(100_000, min_length=1)  # type: ignore[valid-type]
 
 
 class SagaActionIn(StrictSchema):
     event_id: EventId
-    reason: str | None = Field(default=None, max_length=10_000)
-    actor: str | None = Field(default=None, max_length=200)
+    reason: free_text(10_000) | None = None  # type: ignore[valid-type]
+    actor: Actor | None = None
 
-    _clean = field_validator("reason", "actor")(_no_nul)
+
+_AS_REPORTED = (
+    "As the agent (or engine) reported it: shown, never trusted; the server's own times are "
+    "received_at and changed_at."
+)
 
 
 class Out(BaseModel):
@@ -332,17 +430,29 @@ class ErrorOut(Out):
     error: ErrorBody
 
 
+OperatorKind = Annotated[
+    str,
+    Field(
+        # Documented, not enforced on the way out: an answer never fails on a new action.
+        json_schema_extra={"pattern": r"^[a-z_]+(\.[a-z_]+)+$"},
+        description="An operator's or the server's action on the record, as in the audit "
+        "log: approval.requested, step.retry, undo.refused...",
+    ),
+]
+
+
 class EventOut(Out):
     log_id: int
     event_id: str
     seq: int | None
     """None for an operator's event (a decision, an action): it has no engine sequence."""
-    kind: str
+    kind: EventKind | OperatorKind
     step_id: str | None
     tool_name: str | None
     from_state: str | None
     to_state: str
-    at: datetime
+    at: datetime = Field(description="When it happened, as the agent (or engine) reported it.")
+    recorded_at: datetime = Field(description="When this server stored it, by its own clock.")
     actor: str | None
     detail: str | None
 
@@ -352,11 +462,14 @@ class EventPageOut(Out):
     next_after: int | None
 
 
+Reversibility = Literal["reversible", "partial", "irreversible"]
+
+
 class AttemptOut(Out):
     number: int
     started_at: datetime
     finished_at: datetime | None
-    outcome: str | None
+    outcome: AttemptOutcome | None
     error: str | None
     actor: str | None
 
@@ -365,7 +478,7 @@ class StepOut(Out):
     id: str
     position: int
     tool_name: str
-    state: str
+    state: StepState
     input: Any
     output: Any
     error: str | None
@@ -373,12 +486,15 @@ class StepOut(Out):
     traceback: str | None
     has_undo: bool
     requires_approval: bool
-    reversibility: str
+    reversibility: Reversibility
     idempotency_key: str
     undo: dict[str, Any]
-    created_at: datetime | None
-    updated_at: datetime | None
-    completed_at: datetime | None
+    created_at: datetime | None = Field(description=_AS_REPORTED)
+    updated_at: datetime | None = Field(description=_AS_REPORTED)
+    completed_at: datetime | None = Field(description=_AS_REPORTED)
+    changed_at: datetime = Field(
+        description="When this server last stored a move of the step, by its own clock."
+    )
     attempts: list[AttemptOut]
     decision_note: str | None
     decided_by: str | None
@@ -389,10 +505,17 @@ class SagaSummaryOut(Out):
     id: str
     name: str
     project: str
-    status: str
-    driver: str
-    created_at: datetime
-    updated_at: datetime
+    status: SagaStatus
+    driver: Literal["client", "server"]
+    created_at: datetime = Field(description=_AS_REPORTED)
+    updated_at: datetime = Field(description=_AS_REPORTED)
+    received_at: datetime = Field(
+        description="When this server first stored the saga, by its own clock."
+    )
+    changed_at: datetime = Field(
+        description="When this server last stored a change to the saga or its steps, by its "
+        "own clock: lists are newest first by it, and updated_after/updated_before filter on it."
+    )
     seq: int
     next_step_number: int
     options: dict[str, Any]

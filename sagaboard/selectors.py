@@ -5,13 +5,14 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet
 
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
+from sagaboard.schemas import BIGINT
 
 
 class BadCursor(ValueError):
@@ -35,7 +36,7 @@ def saga_get_for_project(*, project: Project, saga_id: str) -> Saga | None:
 
 
 def encode_cursor(saga: Saga) -> str:
-    raw = json.dumps([saga.updated_at.isoformat(), saga.pk]).encode()
+    raw = json.dumps([saga.changed_at.isoformat(), saga.pk]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -43,8 +44,13 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         updated, pk = json.loads(raw)
-        return datetime.fromisoformat(updated), int(pk)
-    except (ValueError, TypeError) as err:
+        at, pk = datetime.fromisoformat(updated), int(pk)
+        # A forged cursor's time or key must still fit the columns it is compared with.
+        if at.tzinfo is None or not 0 < pk <= BIGINT:
+            raise ValueError("out of range")
+        at.astimezone(UTC)
+        return at, pk
+    except (ValueError, TypeError, OverflowError) as err:
         raise BadCursor("cursor is not one this server issued") from err
 
 
@@ -75,12 +81,16 @@ def saga_list(
     cursor: str | None = None,
     limit: int = 50,
 ) -> tuple[list[Saga], str | None]:
-    """Sagas of ``projects``, newest first, one keyset page; ``BadCursor`` for a forged cursor."""
+    """Sagas of ``projects``, newest first, one keyset page; ``BadCursor`` for a forged cursor.
+
+    "Newest" and ``updated_after`` / ``updated_before`` are the server's clock: when it
+    last stored a change to the saga (``changed_at``), never the time the agent reported.
+    """
     if not projects:
         return [], None
     by_pk = {p.pk: p for p in projects}
     # No join on the project (the caller has it): with one, SQLite's planner leaves the
-    # (project, -updated_at, -id) index and sorts the whole project in a temp B-tree.
+    # (project, -changed_at, -id) index and sorts the whole project in a temp B-tree.
     qs: QuerySet[Saga] = (
         Saga.objects.filter(project=projects[0])
         if len(projects) == 1
@@ -93,19 +103,19 @@ def saga_list(
     if q:
         qs = qs.filter(Q(name__istartswith=q) | Q(saga_id__startswith=q))
     if updated_after:
-        qs = qs.filter(updated_at__gt=updated_after)
+        qs = qs.filter(changed_at__gt=updated_after)
     if updated_before:
-        qs = qs.filter(updated_at__lt=updated_before)
+        qs = qs.filter(changed_at__lt=updated_before)
     if cursor:
         updated, pk = decode_cursor(cursor)
         # A row-value comparison walks the index from the cursor on; the equivalent
         # OR of two conditions makes the planner scan from the top of the project.
         table = connection.ops.quote_name(Saga._meta.db_table)
         qs = qs.extra(
-            where=[f"({table}.updated_at, {table}.id) < (%s, %s)"],
+            where=[f"({table}.changed_at, {table}.id) < (%s, %s)"],
             params=[connection.ops.adapt_datetimefield_value(updated), pk],
         )
-    rows = list(qs.order_by("-updated_at", "-id")[: limit + 1])
+    rows = list(qs.order_by("-changed_at", "-id")[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
     for row in rows:

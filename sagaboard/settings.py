@@ -15,6 +15,8 @@ Environment (the main ones):
     SAGABOARD_LIVE_POLL_SECONDS  how often the relay reads the event log (default 0.025).
     SAGABOARD_REDIS_PREFIX   prefix of every name in Redis (default "sagaboard"); one per
                              installation sharing a Redis server.
+    SAGABOARD_CLOCK_SKEW     seconds an agent's reported time may differ from the server's
+                             before pages warn (default 300); lists never order by it.
 """
 
 import importlib.util
@@ -35,6 +37,19 @@ def _env_bool(name: str, default: str) -> bool:
 
 def _env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def _env_seconds(name: str, default: str) -> float:
+    """A number of seconds, 0 or more (unset or empty: ``default``); anything else stops the
+    start with an error naming the variable, rather than a bare ValueError."""
+    raw = os.environ.get(name, "").strip() or default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise ImproperlyConfigured(f"{name} must be a number of seconds (0 or more), not {raw!r}.")
+    return value
 
 
 VAR_DIR = BASE_DIR / "var"
@@ -125,6 +140,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "sagaboard.not_found.not_found_as_page",  # the product's 404 page with DEBUG on too
     "sagaboard.login_guard.LoginRateLimitMiddleware",  # 429 before a password is checked
 ]
 
@@ -141,6 +157,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # ``visible``: ids and names with invisible characters shown (text policy).
+            "builtins": ["sagaboard.templatetags.sagaboard_text"],
         },
     },
 ]
@@ -363,3 +381,8 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = "sagaboard.logs.SecretsReporterFilter"
 SAGABOARD_RETENTION_DAYS = int(os.environ.get("SAGABOARD_RETENTION_DAYS", "90"))
 if SAGABOARD_RETENTION_DAYS < 0:
     raise ImproperlyConfigured("SAGABOARD_RETENTION_DAYS must be 0 (off) or a number of days.")
+
+# Agents' clocks (sagaboard/clock.py): lists, filters, charts, retention and sweeps use the
+# server's own times; an agent's reported time further than this from the server's is
+# shown with a warning.
+SAGABOARD_CLOCK_SKEW = _env_seconds("SAGABOARD_CLOCK_SKEW", "300")

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from undo_core import (
@@ -65,6 +66,8 @@ class DjangoStore:
 
         ``check_lease=False`` is for mirrored sagas, whose leases live in the agent;
         the sequence number is checked either way, so a stale writer never wins.
+        The server's clock, not the record's, stamps ``received_at`` / ``changed_at``
+        and the event's ``recorded_at`` (one reading for all three).
         """
         record, step, event = change
         with transaction.atomic():
@@ -73,11 +76,14 @@ class DjangoStore:
                 .filter(project=self.project, saga_id=record.id)
                 .first()
             )
+            now = timezone.now()  # read under the lock: writers of one saga get rising times
             if saga is None:
                 saga = Saga(project=self.project, saga_id=record.id, driver=self.driver)
+                saga.received_at = now
             else:
                 fence(saga, record, check_lease=check_lease)
             copy_saga(saga, record)
+            saga.changed_at = now
             saga.save()
             created = None
             if step is not None:
@@ -89,6 +95,7 @@ class DjangoStore:
                     created = row.undo
                 else:
                     copy_step(row, step, driver=saga.driver)
+                row.changed_at = now
                 row.save()
                 if step.compensation_attempts:  # most transitions carry none: no query
                     known = set(row.attempts.values_list("number", flat=True))
@@ -97,9 +104,9 @@ class DjangoStore:
                     from sagaboard.notifications import notify_rollback_failed
 
                     notify_rollback_failed(saga, row)  # in this transaction: an outbox row
+            fields = event_fields(saga, event, client_event_id, digest)
             return Event.objects.create(
-                **event_fields(saga, event, client_event_id, digest),
-                change=change_json(change, created),
+                **fields, recorded_at=now, change=change_json(change, created)
             )
 
     # ------------------------------------------------------------ leases
@@ -141,7 +148,7 @@ class DjangoStore:
     def list_unfinished(self) -> list[str]:
         return list(
             Saga.objects.filter(project=self.project, status__in=UNFINISHED)
-            .order_by("created_at")
+            .order_by("received_at", "pk")
             .values_list("saga_id", flat=True)
         )
 
@@ -170,8 +177,11 @@ def copy_saga(saga: Saga, r: SagaRecord) -> None:
 
 def change_json(change: SagaChange, undo: dict[str, Any] | None = None) -> str:
     """The change as the event log keeps it (``Event.change``): the transition event of
-    docs/api.md, plus, for a step this change created, how its undo runs."""
+    docs/api.md, marked as written by sagaboard's own engine (``"store"``: a replay reads
+    it as the engine wrote it, not as agent input), plus, for a step this change created,
+    how its undo runs."""
     data = change_to_event(change)
+    data["store"] = "sagaboard"
     if undo is not None:
         data["undo"] = undo
     return json.dumps(data, ensure_ascii=False, allow_nan=False, sort_keys=True)

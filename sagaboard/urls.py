@@ -7,6 +7,8 @@ from django.views.generic import RedirectView
 from sagaboard import hitl_pages, policy_pages, probes, token_pages, views
 from sagaboard.api import api
 
+handler404 = "sagaboard.not_found.page_not_found"
+
 urlpatterns = [
     path("", views.saga_list, name="saga_list"),
     path("overview/", views.overview, name="overview"),

@@ -38,7 +38,8 @@ from sagaboard.ingest import change_of
 from sagaboard.models import Event, Saga, Step
 from sagaboard.schemas import EventBatchIn
 from sagaboard.storage import saga_record, step_snapshot
-from undo_core import SagaChange, SagaSnapshot, TransitionError, replay
+from undo_core import EventKind, SagaChange, SagaEvent, SagaSnapshot, TransitionError, replay
+from undo_core.remote._wire import saga_from_json, step_from_json
 
 __all__ = ["SAGA_FIELDS", "STEP_FIELDS", "Difference", "VerifyReport", "verify"]
 
@@ -134,10 +135,12 @@ def _verify_saga(saga: Saga, logged: list[tuple[int, str | None]]) -> list[Diffe
         try:
             data = json.loads(text)
             undo = data.pop("undo", None)  # how a server-run step's undo runs, at its creation
-            event = EventBatchIn.model_validate({"events": [data]}).events[0]
-        except (ValueError, ValidationError, AttributeError) as err:
+            if data.pop("store", None) == "sagaboard":
+                change = _engine_change(data)  # sagaboard's own engine wrote it
+            else:  # an agent sent it: read as ingestion read it (the API's parsing)
+                change = change_of(EventBatchIn.model_validate({"events": [data]}).events[0])
+        except (ValueError, ValidationError, AttributeError, KeyError, TypeError) as err:
             return [differ(None, "event log", f"event {seq}", f"unreadable: {err}")]
-        change = change_of(event)
         changes.append(change)
         if undo is not None and change.step is not None:
             undos.setdefault(change.step.id, undo)
@@ -147,6 +150,18 @@ def _verify_saga(saga: Saga, logged: list[tuple[int, str | None]]) -> list[Diffe
         name = getattr(err, "field", "event log")
         return [differ(None, name, "the stored event log", f"refused on replay: {err}")]
     return _compare(saga, replayed, undos, differ)
+
+
+def _engine_change(data: dict[str, Any]) -> SagaChange:
+    """A change ``DjangoStore`` logged, read back with undo_core's own wire format."""
+    record = saga_from_json({**data["saga"], "steps": []}).record
+    step = step_from_json(data["step"]) if data.get("step") else None
+    e = data["event"]
+    event = SagaEvent(
+        record.id, record.name, e["seq"], EventKind(e["kind"]), e["to_state"], e["from_state"],
+        datetime.fromisoformat(e["at"]), e["step_id"], e["tool_name"], e["actor"], e["detail"],
+    )  # fmt: skip
+    return SagaChange(record, step, event)
 
 
 def _compare(

@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import BadRequest
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from sagaboard import overview as stats
-from sagaboard import queues, selectors
+from sagaboard import queues, selectors, text_policy
 from sagaboard.charts import stacked_bars
 from undo_core import SagaStatus
 
@@ -50,6 +51,10 @@ def saga_list(request: HttpRequest) -> HttpResponse:
     projects = [p for p in mine if p.slug == chosen] if chosen else mine
     statuses = [s for s in request.GET.getlist("status") if s in SagaStatus.__members__]
     since = SINCE.get(request.GET.get("since", ""))
+    for name in ("tool", "q", "cursor"):
+        problem = text_policy.text_problem(request.GET.get(name, ""))
+        if problem is not None:  # NUL: nothing stored holds one, PostgreSQL cannot compare it
+            raise BadRequest(f"{name} {problem}")
     error = ""
     try:
         rows, next_cursor = selectors.saga_list(
@@ -107,6 +112,8 @@ def saga_list(request: HttpRequest) -> HttpResponse:
 def saga_detail(request: HttpRequest, project: str, saga_id: str) -> HttpResponse:
     """One saga: its steps as a timeline, every attempt, and the event log."""
     allowed = [p for p in selectors.projects_for_user(request.user) if p.slug == project]
+    if text_policy.text_problem(saga_id) is not None:  # no stored id holds NUL
+        allowed = []
     saga = selectors.saga_get_for_project(project=allowed[0], saga_id=saga_id) if allowed else None
     if saga is None:
         raise Http404("no such saga in your projects")

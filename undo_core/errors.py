@@ -14,7 +14,7 @@ The tree::
     ├── StepTimeoutError           (also TimeoutError) execute or undo exceeded its timeout
     ├── GateError                                      an approval gate answered nonsense
     └── StoreError                                     the store could not read or write
-        ├── SerializationError     (also TypeError)    a value is not JSON-serialisable
+        ├── SerializationError     (also TypeError)    a value is not JSON, or not UTF-8 text
         └── LeaseError                                 another process owns the saga
 
 Non-callable ``execute``/``undo``/``run``/``compensate`` raise plain ``TypeError``.
@@ -115,7 +115,29 @@ class StoreError(UndoCoreError):
 
 
 class SerializationError(StoreError, TypeError):
-    """A step's input, output or a saga's state cannot be stored as JSON."""
+    """A value of a transition cannot be stored: not JSON, or text that is not Unicode.
+
+    Raised by a store where the value enters (``apply``, in the caller's thread),
+    so the engine fails that step by its usual rules. ``saga_id``, ``step_id``
+    (``None`` for a saga's own field) and ``field`` (``"input"``, ``"output"``,
+    ``"error"``, ``"metadata"``, ``"state"``, ``"options"``...) say where, when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        saga_id: str | None = None,
+        step_id: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.saga_id = saga_id
+        self.step_id = step_id
+        self.field = field
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keyword arguments survive pickling
+        return (_rebuild_serialization_error, (str(self), dict(self.__dict__)))
 
 
 class LeaseError(StoreError):
@@ -173,5 +195,11 @@ class SagaRollbackError(UndoCoreError):
 def _rebuild_rollback_error(message: str, state: dict[str, Any]) -> SagaRollbackError:
     err = SagaRollbackError.__new__(SagaRollbackError)
     Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err
+
+
+def _rebuild_serialization_error(message: str, state: dict[str, Any]) -> SerializationError:
+    err = SerializationError(message)
     err.__dict__.update(state)
     return err

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import LeaseError, SerializationError, StoreError
+from .errors import LeaseError, StoreError
 from .records import (
     AttemptOutcome,
     CompensationAttempt,
@@ -30,6 +30,7 @@ from .records import (
     SagaSnapshot,
     StepSnapshot,
 )
+from .serialize import INT64_MAX, INT64_MIN, check_counters, json_text, unstorable
 from .states import SagaStatus, StepState
 from .storage import UNFINISHED_STATUSES, SagaChange
 
@@ -97,11 +98,13 @@ def _dt(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value is not None else None
 
 
-def _dumps(value: Any, what: str) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as err:
-        raise SerializationError(f"{what} is not JSON-serialisable: {err}") from err
+def _storable_columns(row: tuple[Any, ...]) -> None:
+    """Check a row's plain columns as :func:`json_text` checks JSON (sqlite3 would fail later)."""
+    for value in row:
+        if type(value) is str and not value.isascii():
+            value.encode("utf-8")  # UnicodeEncodeError on a lone surrogate
+        elif type(value) is int and not INT64_MIN <= value <= INT64_MAX:
+            raise OverflowError(f"{value} does not fit a SQLite INTEGER")
 
 
 def _attempt_dict(a: CompensationAttempt) -> dict[str, Any]:
@@ -126,7 +129,7 @@ def _attempt(a: dict[str, Any]) -> CompensationAttempt:
     )
 
 
-def _step_json(s: StepSnapshot, record: SagaRecord, *, new: bool) -> str:
+def _step_json(s: StepSnapshot, *, new: bool) -> str:
     """The step's fields for one journal row: all of them when new, else those that change."""
     fields: dict[str, Any] = {
         "state": s.state.value,
@@ -153,16 +156,7 @@ def _step_json(s: StepSnapshot, record: SagaRecord, *, new: bool) -> str:
             created_at=_ts(s.created_at),
             metadata=dict(s.metadata),
         )
-    try:
-        return json.dumps(fields, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError):
-        pass
-    # Name exactly which value is at fault.
-    where = f"step {s.id!r} ({s.tool_name}) of saga {record.name!r}"
-    for name in ("input", "output", "metadata"):
-        if name in fields:
-            _dumps(fields[name], f"{name} of {where}")
-    raise SerializationError(f"{where} cannot be stored as JSON")
+    return json_text(fields)
 
 
 class SQLiteStore:
@@ -203,35 +197,13 @@ class SQLiteStore:
     # ------------------------------------------------------------ writes
 
     def apply(self, change: SagaChange) -> None:
-        r, step, e = change
-        # Serialise first, so a value that is not JSON fails before any write.
-        tail = {"next_step_number": r.next_step_number, "failed_step": r.failed_step}
-        if r.state is not None:
-            tail["state"] = r.state
-        saga_json = _dumps(tail, f"state of saga {r.name!r}")
-        step_json = None
-        if step is not None:
-            new = e.kind is EventKind.STEP and e.from_state is None
-            step_json = _step_json(step, r, new=new)
-        saga_row = None
-        if step is None:
-            options = _dumps(dict(r.options), f"options of saga {r.id!r}")
-            lease = (r.lease_owner, _ts(r.lease_expires_at))
-            saga_row = (r.id, r.name, r.status.value, _ts(r.created_at), options, *lease)
-        journal_row = (
-            r.id,
-            e.seq,
-            e.kind.value,
-            e.step_id,
-            e.tool_name,
-            e.from_state,
-            e.to_state,
-            _ts(e.at),
-            e.actor,
-            e.detail,
-            saga_json,
-            step_json,
-        )
+        # Serialise first, so a value that cannot be stored fails before any write,
+        # as a SerializationError naming it (the one rule of undo_core.serialize).
+        try:
+            saga_row, journal_row = self._rows(change)
+        except (TypeError, ValueError, OverflowError) as err:
+            raise unstorable(change, err) from err
+        r = change.saga
         with self._lock:
             db = self._db
             try:
@@ -247,6 +219,42 @@ class SQLiteStore:
                 db.execute("COMMIT")
             except sqlite3.Error as err:
                 raise StoreError(f"SQLite write failed for saga {r.id!r}: {err}") from err
+
+    @staticmethod
+    def _rows(change: SagaChange) -> tuple[tuple[Any, ...] | None, tuple[Any, ...]]:
+        """The ``undo_sagas`` row (only for a saga-level change) and the journal row."""
+        r, step, e = change
+        check_counters(change)
+        tail = {"next_step_number": r.next_step_number, "failed_step": r.failed_step}
+        if r.state is not None:
+            tail["state"] = r.state
+        saga_json = json_text(tail)
+        step_json = None
+        if step is not None:
+            new = e.kind is EventKind.STEP and e.from_state is None
+            step_json = _step_json(step, new=new)
+        saga_row = None
+        if step is None:
+            options = json_text(dict(r.options))
+            lease = (r.lease_owner, _ts(r.lease_expires_at))
+            saga_row = (r.id, r.name, r.status.value, _ts(r.created_at), options, *lease)
+            _storable_columns(saga_row)
+        journal_row = (
+            r.id,
+            e.seq,
+            e.kind.value,
+            e.step_id,
+            e.tool_name,
+            e.from_state,
+            e.to_state,
+            _ts(e.at),
+            e.actor,
+            e.detail,
+            saga_json,
+            step_json,
+        )
+        _storable_columns((*journal_row, r.lease_owner))  # the lease: renewed on step changes
+        return saga_row, journal_row
 
     def _fence_and_lease(self, db: sqlite3.Connection, r: SagaRecord, step_only: bool) -> None:
         """Refuse a stale writer; store the lease when the engine renewed it."""

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from .records import CompensationAttempt, StepSnapshot
+from .serialize import safe_text
 from .states import StepState
 from .tools import Tool
 
@@ -100,8 +101,13 @@ class StepRow:
 
 
 def describe(error: BaseException | str) -> tuple[str, str | None, str | None]:
-    """(message, type name, traceback text) of an error or a plain message."""
+    """(message, type name, traceback text) of an error or a plain message.
+
+    The texts are made storable (:func:`~undo_core.serialize.safe_text`): a failure
+    whose message names a file that is not UTF-8 must still be recorded as a failure.
+    """
     if isinstance(error, BaseException):
         trace = "".join(tb.format_exception(error)) if error.__traceback__ else None
-        return str(error) or type(error).__name__, type(error).__name__, trace
-    return str(error), None, None
+        message = str(error) or type(error).__name__
+        return safe_text(message), type(error).__name__, safe_text(trace) if trace else None
+    return safe_text(str(error)), None, None

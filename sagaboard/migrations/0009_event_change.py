@@ -4,7 +4,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("sagaboard", "0007_heartbeat")]
+    dependencies = [("sagaboard", "0008_server_clock")]
 
     operations = [
         migrations.AddField(

@@ -27,10 +27,27 @@
     button.click();
   }
 
+  function enterHint(form) {
+    var flash = document.getElementById("flash");
+    if (!flash) return;
+    var names = Array.prototype.map.call(
+      form.querySelectorAll("button[type=submit]:not(.enter-guard)"),
+      function (b) { return "\u201c" + b.textContent.trim() + "\u201d"; });
+    flash.textContent = "Enter does not decide: click " + names.join(" or ") + ".";
+    flash.className = "message info";
+    flash.setAttribute("role", "status");
+    flash.hidden = false;
+  }
+
   document.addEventListener("keydown", function (e) {
     var typing = e.target.matches && e.target.matches("input, textarea, select");
     if (typing && e.key !== "Escape") {
-      if (e.key === "Enter" && e.target.name === "reason" && e.ctrlKey) decide(current(), "approve");
+      // Enter never decides: a decision form's first submit button is a disabled guard
+      // (templates/sagaboard/_enter_guard.html), so the browser submits nothing; say so.
+      if (e.key === "Enter" && e.target.form && e.target.form.querySelector("button.enter-guard")) {
+        e.preventDefault();
+        enterHint(e.target.form);
+      }
       return;
     }
     if (e.ctrlKey || e.metaKey || e.altKey) return;

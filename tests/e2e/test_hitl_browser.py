@@ -12,7 +12,11 @@ the saga page shows ROLLED_BACK live. No page is reloaded, no page logs a consol
 no confirmation dialog is asked for. Screenshots: test-artifacts/approval-queue.png,
 test-artifacts/needs-attention.png and test-artifacts/hitl-saga-rolled-back.png.
 
-A second test checks that the queue's heading counts an approval that arrived live.
+A second test checks that the queue's heading counts an approval that arrived live. Two more
+check that Enter never decides: a reason typed and Enter pressed (in an approval, the bulk
+forms, a failed undo on the needs-attention page and on the saga page) sends nothing and
+records nothing, with JavaScript on (the page says to click a button) and off (the forms'
+disabled first submit button); the explicit buttons still decide.
 
 Every wait is bounded (``WAIT_MS``). Redis: ``SAGABOARD_TEST_HITL_REDIS_URL`` (default
 redis://127.0.0.1:6379/7), a database of its own, flushed at the start.
@@ -372,3 +376,153 @@ def test_the_queue_heading_counts_an_approval_that_arrived_live(
             item.get_by_role("button", name="Approve undo").click()
             expect(item).to_have_count(0)
             assert ann.console_errors() == []
+
+
+# ---------------------------------------------------------------- Enter never decides
+
+
+def check_record(site: Site, saga_id: str, *, votes: int, pending: bool) -> None:
+    """Asserts, in the site's own database, how many approval votes the saga's undos have
+    and whether any operator action is pending on its steps (manage.py shell fails if not)."""
+    site.shell(
+        "from sagaboard.models import ApprovalVote, AuditEntry, Step\n"
+        f"votes = ApprovalVote.objects.filter(approval__saga__saga_id={saga_id!r}).count()\n"
+        f"assert votes == {votes}, votes\n"
+        f"pending = Step.objects.filter(saga__saga_id={saga_id!r}, pending_action__isnull=False)"
+        ".exists()\n"
+        f"assert pending is {pending}, pending\n"
+        f"left = Step.objects.filter(saga__saga_id={saga_id!r}, left_at__isnull=False).exists()\n"
+        "assert not left, 'a step was left failed'\n"
+    )
+
+
+def posts_of(tab: Tab) -> list[str]:
+    """Every POST the tab sends from now on (a decision that Enter must not make)."""
+    sent: list[str] = []
+    tab.page.on("request", lambda r: sent.append(r.url) if r.method == "POST" else None)
+    return sent
+
+
+def test_enter_in_a_reason_never_decides_and_the_buttons_still_do(
+    site: Site, people: tuple[Person, Person]
+) -> None:
+    from playwright.sync_api import expect
+
+    ann, olga = people
+    saga_id = "storebot-hitl-enter"
+    queue = ann.tab("/approvals/")
+    queue.mark()
+    queue_posts = posts_of(queue)
+    site.shell(make_saga(saga_id, return_fails_first=99))  # return_item's undo keeps failing
+    link = queue.page.locator(f"a[href='/sagas/{PROJECT}/{saga_id}/']")
+    item = queue.page.locator("#approval-items li.approval").filter(has=link.first)
+    expect(item.locator("header")).to_contain_text(saga_id)  # the saga id, on the item
+
+    # The rejection reason typed, then Enter: nothing is sent, the approver is told why.
+    reason = item.locator("input[name=reason]")
+    reason.fill("refund stands: the customer keeps it")
+    reason.press("Enter")
+    expect(queue.page.locator("#flash")).to_have_text(
+        "Enter does not decide: click \u201cApprove undo\u201d or \u201cReject\u201d."
+    )
+    # Enter on a selected item's checkbox and in the bulk reason: nothing either.
+    item.locator("input[type=checkbox]").check()
+    item.locator("input[type=checkbox]").press("Enter")
+    queue.page.locator("#bulk-reason").fill("one reason for all")
+    queue.page.locator("#bulk-reason").press("Enter")
+    queue.page.wait_for_timeout(500)  # a submission would have been sent by now
+    assert queue_posts == []
+    expect(item).to_have_count(1)
+    check_record(site, saga_id, votes=0, pending=False)
+    queue.assert_not_reloaded()
+
+    # The explicit button still decides.
+    item.get_by_role("button", name="Reject").click()
+    expect(queue.page.locator("#flash")).to_have_text("refund_payment (storebot-return): rejected.")
+    expect(item).to_have_count(0)
+    assert len(queue_posts) == 1
+    check_record(site, saga_id, votes=1, pending=False)
+
+    # The worker goes on: return_item's undo fails, the step waits on the attention page.
+    attention = olga.tab("/attention/")
+    failure = attention.page.locator("li.failure").filter(
+        has=attention.page.locator(f"a[href='/sagas/{PROJECT}/{saga_id}/']").first
+    )
+    try:
+        expect(failure).to_have_count(1)
+    except AssertionError:
+        site.worker.check_alive()
+        raise AssertionError(f"the undo did not fail\n{site.worker.tail()}") from None
+    expect(failure).to_contain_text(saga_id)
+    attention.mark()
+    attention_posts = posts_of(attention)
+    failure.locator("input[name=reason]").fill("fixed by hand, resolve it")
+    failure.locator("input[name=reason]").press("Enter")
+    expect(attention.page.locator("#flash")).to_contain_text("Enter does not decide: click")
+    bulk = attention.page.locator("#bulk-steps input[name=reason]")
+    failure.locator("input[type=checkbox]").check()
+    bulk.fill("all of them")
+    bulk.press("Enter")
+
+    detail = olga.tab(f"/sagas/{PROJECT}/{saga_id}/")
+    detail_posts = posts_of(detail)
+    act = step(detail, "return_item").locator("form.act input[name=reason]")
+    act.fill("leave it")
+    act.press("Enter")
+    expect(detail.page.locator("#flash")).to_contain_text("Enter does not decide: click")
+    detail.page.wait_for_timeout(500)
+    assert attention_posts == [] and detail_posts == []
+    check_record(site, saga_id, votes=1, pending=False)
+    attention.assert_not_reloaded()
+
+    failure.get_by_role("button", name="Retry undo").click()  # no confirmation for a retry
+    expect(attention.page.locator("#flash")).to_contain_text("return_item (step-1)")
+    assert len(attention_posts) == 1
+    assert ann.console_errors() == [] and olga.console_errors() == []
+    assert olga.dialogs() == []
+
+
+def test_without_javascript_enter_submits_nothing_and_a_button_decides(
+    browser: Any, site: Site
+) -> None:
+    """The guard is HTML (a disabled first submit button), not script: it holds with
+    JavaScript off, where the forms post as plain HTML forms."""
+    from playwright.sync_api import expect
+
+    saga_id = "storebot-hitl-nojs"
+    site.shell(make_saga(saga_id, return_fails_first=0))
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        page.goto(site.url + "/login/")
+        page.fill("input[name=username]", "ann")
+        page.fill("input[name=password]", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(site.url + "/")
+        deadline_item = page.locator("#approval-items li.approval").filter(
+            has=page.locator(f"a[href='/sagas/{PROJECT}/{saga_id}/']").first
+        )
+        for _ in range(int(WAIT_S * 2)):  # no live updates without script: reload to wait
+            page.goto(site.url + "/approvals/")
+            if deadline_item.count():
+                break
+            page.wait_for_timeout(500)
+        expect(deadline_item).to_have_count(1)
+        posts = []
+        page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+        reason = deadline_item.locator("input[name=reason]")
+        reason.fill("not this one")
+        reason.press("Enter")
+        page.wait_for_timeout(500)
+        assert posts == [] and page.url == site.url + "/approvals/"
+        check_record(site, saga_id, votes=0, pending=False)
+        deadline_item.get_by_role("button", name="Reject").click()
+        page.wait_for_url(site.url + "/approvals/")
+        expect(page.locator("p.message.success")).to_have_text(
+            "refund_payment (storebot-return): rejected."
+        )
+        assert len(posts) == 1
+        check_record(site, saga_id, votes=1, pending=False)
+    finally:
+        context.close()

@@ -256,26 +256,32 @@ def test_a_lost_answer_is_resent_and_answered_as_duplicate(fake: Any, make_store
 
 
 @pytest.mark.parametrize("with_index", [True, False], ids=["index", "no-index"])
-def test_a_refused_event_is_isolated_and_dropped_and_the_rest_arrive(
+def test_a_refused_event_is_dropped_with_its_sagas_later_events_and_other_sagas_arrive(
     fake: Any, make_store: Any, caplog: pytest.LogCaptureFixture, with_index: bool
 ) -> None:
-    refused: list[tuple[str, int]] = []
+    refused: list[tuple[str, int, str]] = []
     store = make_store(
-        on_error=lambda event, resp: refused.append((event["event_id"], resp.status_code))
+        on_error=lambda event, err: refused.append((event["event_id"], err.status, err.code))
     )
-    fake.mode = "down"  # so the whole saga goes as one batch
+    fake.mode = "down"  # so both sagas go as one batch
     saga = Saga("storebot-return", store=store)
     run_storebot(saga, storebot([]))
+    other = Saga("storebot-return", store=store)
+    run_storebot(other, storebot([]))
     bad = f"{saga.id}:5"
     fake.reject, fake.reject_with_index = {bad}, with_index
     fake.mode = "up"
     with caplog.at_level(logging.ERROR, logger="undo_core.remote"):
-        assert store.flush(5)
+        assert store.flush(5)  # settled: delivered, or refused and reported
 
-    assert fake.applied_ids() == [i for i in ids_of(saga.id) if i != bad]
-    assert refused == [(bad, 409)]
-    assert store.stats()["dropped_bad"] == 1
-    assert any(bad in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
+    # What sagaboard has of the refused saga is a true prefix of its history.
+    assert fake.applied_ids() == ids_of(saga.id)[:4] + ids_of(other.id)
+    assert refused == [(bad, 409, "illegal_transition")]
+    stats = store.stats()
+    assert stats["dropped_bad"] == 1 and stats["dropped_after_refusal"] == STOREBOT_EVENTS - 5
+    assert stats["queued"] == 0 and stats["sent"] == 4 + STOREBOT_EVENTS
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and bad in errors[0] and "illegal_transition" in errors[0]
 
 
 def test_a_bad_token_is_not_a_bad_event_so_nothing_is_dropped(

@@ -129,7 +129,12 @@ def test_encoding_names_the_step_and_value_that_are_not_json() -> None:
         encode_event(a_change(input={"when": {1, 2}}))
     message = str(caught.value)
     assert message.startswith("input of step 'step-2' (refund_payment) of saga 'storebot-return'")
-    assert "is not JSON-serialisable" in message
+    assert "input['when'] is of type set, which is not JSON" in message
+    assert (caught.value.saga_id, caught.value.step_id, caught.value.field) == (
+        change_to_event(a_change())["saga"]["id"],
+        "step-2",
+        "input",
+    )
     with pytest.raises(SerializationError, match="state of saga 'storebot-return'"):
         change = a_change()
         encode_event(change._replace(saga=change.saga._replace(state=float("nan"))))

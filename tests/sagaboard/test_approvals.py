@@ -43,7 +43,7 @@ def test_a_worker_pauses_before_an_undo_that_needs_approval(shop: Project) -> No
     approval = pending(saga)
     assert approval.plan["kind"] == "handler"
     assert approval.plan["handler"] == "storebot.refund_payment"
-    assert approval.plan["input"] == {"amount": 120, "currency": "EUR"}
+    assert approval.plan["input"] == {"chargeId": "ch_882", "amount": 120, "currency": "EUR"}
     # Asking again (a second worker run) does not queue a second approval.
     runner.rollback_continue(saga.pk)
     assert Approval.objects.filter(saga=saga).count() == 1

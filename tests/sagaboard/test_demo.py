@@ -73,3 +73,44 @@ def test_every_model_is_in_the_admin_and_records_cannot_be_edited_there() -> Non
         assert admin.site.is_registered(model), model
     for model in (Approval, Step, Saga):
         assert not admin.site.get_model_admin(model).has_change_permission(None)  # type: ignore[arg-type]
+
+
+def _agree(step: Step) -> None:
+    """What a step returned is about what it was given: every key both carry is equal."""
+    shared = set(step.input or {}) & set(step.output or {})
+    assert {k: step.output[k] for k in shared} == {k: step.input[k] for k in shared}, step
+
+
+def test_every_demo_sagas_outputs_agree_with_its_inputs(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.DEBUG = True
+    call_command("sagaboard_demo")
+    steps = list(Step.objects.select_related("saga"))
+    for step in steps:
+        _agree(step)
+    returns = [s for s in steps if s.tool_name == "return_item"]
+    assert len(returns) == 5 and all(s.output is not None for s in returns)
+    for step in returns:
+        assert step.output["itemId"] == step.input["itemId"], step.saga.saga_id
+    # Each return saga is about one item: its refund is of that item's charge, its label
+    # of that item's order, and no two sagas return the same item.
+    items = []
+    for saga in Saga.objects.filter(name="storebot-return"):
+        by_tool = {s.tool_name: s for s in saga.steps.all()}
+        item = by_tool["return_item"].input["itemId"]
+        refund = by_tool["refund_payment"]
+        assert refund.input["chargeId"] == f"ch_{item}", saga.saga_id
+        assert refund.output["chargeId"] == f"ch_{item}", saga.saga_id
+        assert f"re_{item}" in refund.output.values(), saga.saga_id  # the refund's own id
+        assert by_tool["generate_label"].input == {"orderId": f"o-{item}"}, saga.saga_id
+        items.append(item)
+    assert len(items) == len(set(items)) == 5
+
+
+def test_the_storebot_demo_steps_agree_with_their_inputs() -> None:
+    from undo_core.demos import storebot
+
+    saga, _ = storebot.run()
+    for step in saga.steps:
+        shared = set(step.input or {}) & set(step.output or {})
+        assert {k: step.output[k] for k in shared} == {k: step.input[k] for k in shared}
+    assert saga.steps[0].output["itemId"] == saga.steps[0].input["itemId"] == "882"

@@ -49,8 +49,8 @@ def test_the_queue_shows_what_an_approver_needs_to_decide(shop: Project) -> None
     page = login("approver", shop).get("/approvals/").content.decode()
     assert f'id="approval-{approval.pk}"' in page
     assert "generate_label failed: FedEx API returned 500" in page  # why the rollback began
-    assert "storebot.refund_payment" in page and "&#x27;amount&#x27;: 120" in page
-    assert "&#x27;refund&#x27;: &#x27;re_1&#x27;" in page  # the step's output
+    assert "storebot.refund_payment" in page and "&quot;amount&quot;: 120" in page
+    assert "&quot;refund&quot;: &quot;re_882&quot;" in page  # the step's output, as JSON
 
 
 def test_approving_from_the_queue_decides_once(shop: Project) -> None:
@@ -103,7 +103,9 @@ def test_bulk_approve_decides_each_selected_item_with_one_reason(shop: Project) 
         {"approval": [first.pk, second.pk], "decision": "approve", "reason": "batch ok"},
         headers=HTMX,
     )
-    assert response.status_code == 200 and "2 of 2 done" in response.content.decode()
+    # Approved, and the undos only queued for a worker: requested, not "done".
+    assert response.status_code == 200
+    assert "Approve, 2 selected: 2 requested, not run yet." in response.content.decode()
     assert set(Approval.objects.values_list("status", flat=True)) == {"APPROVED"}
     again = client.post(
         "/approvals/bulk/",
@@ -121,7 +123,8 @@ def test_the_attention_page_groups_failures_and_retries_them(shop: Project) -> N
     response = client.post(
         "/steps/bulk/", {"step": [one.pk, two.pk], "action": "retry", "expected": "2"}, headers=HTMX
     )
-    assert response.status_code == 200 and "2 of 2 done" in response.content.decode()
+    assert response.status_code == 200
+    assert "Retry, 2 selected: 2 requested, not run yet." in response.content.decode()
     assert all(s.pending_action for s in Step.objects.filter(pk__in=[one.pk, two.pk]))
 
 

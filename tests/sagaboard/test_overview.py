@@ -109,10 +109,13 @@ def test_throughput_counts_ended_sagas_in_their_bucket_by_outcome(world: dict[st
     completed_saga(shop, "old")
     completed_saga(world["other"], "not-mine")
     now = datetime(2026, 11, 29, 12, 2, tzinfo=UTC)
+    # Bucketed by the server's clock (changed_at); the times the agents reported say otherwise.
     Saga.objects.filter(saga_id__in=["stuck", "ok", "not-mine"]).update(
-        updated_at=now - timedelta(minutes=1)
+        changed_at=now - timedelta(minutes=1), updated_at=datetime(1970, 1, 1, tzinfo=UTC)
     )
-    Saga.objects.filter(saga_id="old").update(updated_at=now - timedelta(minutes=40))
+    Saga.objects.filter(saga_id="old").update(
+        changed_at=now - timedelta(minutes=40), updated_at=now - timedelta(minutes=1)
+    )
     hour = overview._throughput([shop.pk], "hour", now)
     assert len(hour) == 12 and hour[-1].start == datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     assert hour[-1].by_status == {"ROLLBACK_FAILED": 1, "COMPLETED": 1}
@@ -130,7 +133,7 @@ def test_anonymous_users_are_sent_to_log_in_from_the_overview(client: Client) ->
 def test_the_saga_list_filters_by_time_range(world: dict[str, Any]) -> None:
     completed_saga(world["shop"], "fresh")
     completed_saga(world["shop"], "stale")
-    Saga.objects.filter(saga_id="stale").update(updated_at=datetime.now(UTC) - timedelta(hours=3))
+    Saga.objects.filter(saga_id="stale").update(changed_at=datetime.now(UTC) - timedelta(hours=3))
     recent = world["client"].get("/?since=1h").content.decode()
     assert "fresh" in recent and "stale" not in recent
     assert "stale" in world["client"].get("/?since=24h").content.decode()
@@ -150,8 +153,10 @@ def test_needs_attention_lists_every_waiting_state_oldest_first(world: dict[str,
         [2, 4, 3, 1],
         strict=True,
     ):
-        Step.objects.filter(pk=step.pk).update(
-            state=state, updated_at=now - timedelta(hours=hours_ago)
+        Step.objects.filter(pk=step.pk).update(  # the agent's times say the opposite
+            state=state,
+            changed_at=now - timedelta(hours=hours_ago),
+            updated_at=now + timedelta(hours=hours_ago),
         )
     listed = overview.steps_needing_attention([shop], limit=3)
     assert [s.pk for s in listed] == [failed[1].pk, failed[2].pk, failed[0].pk]

@@ -70,6 +70,16 @@ def seed(url: str, token: str) -> Seed:
             post(f"/sagas/{saga_id}/steps/step-1/complete",
                  {"event_id": f"seed-{n}-done", "output": {"ok": True}}, 200)  # fmt: skip
             out.saga_ids.append(saga_id)
+
+        # Text the policy keeps (sagaboard.text_policy): an id in one non-Latin script, a
+        # name with a bidi override, a step whose input holds NUL and astral characters.
+        saga_id = "заказ-1"
+        post("/sagas", {"event_id": "seed-text", "name": "Возврат \u202e(1)", "id": saga_id}, 201)
+        step = post(f"/sagas/{saga_id}/steps", {"event_id": "seed-text-step",
+                    "tool_name": "возврат", "input": {"file": "a\x00b", "emoji": "\U0001f600"}},
+                    201)  # fmt: skip
+        out.saga_ids.append(saga_id)
+        out.steps.append((saga_id, step["id"]))
     return out
 
 

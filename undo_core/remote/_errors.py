@@ -24,8 +24,11 @@ class SagaboardAPIError(StoreError):
 
     ``code`` is the machine-readable reason (``validation_error``,
     ``illegal_transition``...), ``field`` the offending field and ``index`` the
-    first bad event of a batch, when the server names them.
+    first bad event of a batch, when the server names them; ``response`` is the
+    server's answer itself.
     """
+
+    response: httpx.Response | None = None
 
     def __init__(
         self,
@@ -59,9 +62,11 @@ def api_error(response: httpx.Response) -> SagaboardAPIError:
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict):
         text = response.text[:200] if response.content else response.reason_phrase
-        return SagaboardAPIError(response.status_code, f"http_{response.status_code}", text)
+        bare = SagaboardAPIError(response.status_code, f"http_{response.status_code}", text)
+        bare.response = response
+        return bare
     index = error.get("index")
-    return SagaboardAPIError(
+    parsed = SagaboardAPIError(
         response.status_code,
         str(error.get("code") or f"http_{response.status_code}"),
         str(error.get("message") or ""),
@@ -69,3 +74,5 @@ def api_error(response: httpx.Response) -> SagaboardAPIError:
         index=index if isinstance(index, int) else None,
         event_id=error.get("event_id"),
     )
+    parsed.response = response
+    return parsed

@@ -94,6 +94,10 @@ class MemoryQueue:
         self._items.clear()
 
 
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
 _SPOOL_SCHEMA = """
 CREATE TABLE IF NOT EXISTS sagaboard_spool (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -116,6 +120,10 @@ class SpoolQueue:
             self._db = sqlite3.connect(
                 self.path, timeout=10.0, isolation_level=None, check_same_thread=False
             )
+            # A row that is not UTF-8 (written by something else, or damaged) must not make
+            # every read fail: it reads with its bad bytes as lone surrogates, which the
+            # sender recognises as unsendable, reports and drops (the others go on).
+            self._db.text_factory = _text
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SPOOL_SCHEMA)

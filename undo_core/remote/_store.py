@@ -18,11 +18,26 @@ Guarantees:
   exponential backoff and jitter up to ``max_backoff``; ``Retry-After`` is
   honoured. 401/403/404/405 (a bad token or URL) are retried too, loudly: they
   are a configuration problem, and dropping events for it would lose all of them.
-* **Bad events.** Any other 4xx means an event in the batch is refused. The
-  sender isolates it (the part before the server's ``index`` as one batch, then
-  the suspect alone; without an index, one by one), logs it on the
-  ``undo_core.remote`` logger, calls ``on_error(event, response)``, drops only
-  that event and goes on.
+* **Bad values fail where they enter.** ``apply`` encodes the event with
+  undo_core's one rule for stored values (``undo_core.serialize``: JSON, text
+  that encodes as UTF-8, e.g. no lone surrogate from ``os.fsdecode``, engine
+  counters within 64 bits) and raises :class:`~undo_core.SerializationError`
+  naming the saga, step and field, in the caller's thread, so the engine fails
+  that step by its rules. The event is never queued; it is logged and reported
+  once per saga to ``on_error``. Nothing behind it waits.
+* **No event blocks the others.** Any other 4xx than those below means an event
+  in the batch is refused. The sender isolates it (the part before the server's
+  ``index`` as one batch, then the suspect alone; without an index, one by one),
+  logs it on the ``undo_core.remote`` logger with its saga id, event id and the
+  reason, calls ``on_error(event, error)`` and drops it. The *later* events of
+  that saga are dropped too, unsent (counted, logged once): the server would
+  refuse them as moves from a state it never saw, or worse accept some and show
+  a saga that never was. What sagaboard shows of that saga is then a true
+  prefix of its history, and the ``on_error`` call says why it stops there. An
+  event found unsendable in the queue itself (a spool row that is not UTF-8) is
+  handled the same way, and so is one the sender fails on three times in a
+  row for a reason it does not know (a bug): it is tried alone first, then
+  reported and dropped, so nothing can wedge the queue.
 * **Bounded memory.** Without a spool at most ``max_queue`` events wait in
   memory. When full, ``apply`` blocks up to ``block_timeout`` seconds (back
   pressure for a slow server) and then raises ``StoreError("sagaboard queue
@@ -33,6 +48,20 @@ Guarantees:
   before ``apply`` returns and deleted once acknowledged; memory holds only the
   batch in flight. A process that exits or is killed leaves its events there,
   and the next store on the same file sends them first, in order.
+* **flush and close.** ``flush()`` is ``True`` once every event queued before it
+  is *settled*: acknowledged, or refused/unsendable and reported to ``on_error``
+  (``True`` does not mean all were accepted: ``stats()`` counts the drops).
+  ``close()`` flushes (bounded by its timeout), then stops; what is still
+  queued stays in the spool, or, without one, is lost *loudly*: a warning, and
+  ``on_error`` once per event with a :class:`~undo_core.StoreError` saying so.
+
+``on_error(event, error)`` gets the event (a dict in the wire format) and why it
+will never reach sagaboard: a :class:`SagaboardAPIError` for a refusal (``status``,
+``code``, ``field``, ``message``, the raw ``response``), a
+:class:`~undo_core.SerializationError` for a value that cannot be encoded, a
+:class:`~undo_core.StoreError` otherwise. It runs in the sender thread (in the
+thread calling ``close()`` for what close could not send); an exception it raises
+is logged and ignored.
 
 Leases: the server keeps no leases for mirrored sagas, so ``acquire_lease`` /
 ``release_lease`` work in this process only (a dict under a lock, with
@@ -58,20 +87,21 @@ from typing import Any, NamedTuple, Self
 
 import httpx
 
-from ..errors import LeaseError, StoreError
+from ..errors import LeaseError, SerializationError, StoreError
 from ..records import SagaRecord, SagaSnapshot
+from ..serialize import value_problem
 from ..storage import SagaChange
 from ._client import SagaboardClient, retry_after
 from ._errors import SagaboardAPIError, api_error
 from ._queue import Item, MemoryQueue, Outbox, SpoolQueue
-from ._wire import encode_event, saga_from_json
+from ._wire import change_to_event, encode_event, event_id, saga_from_json
 
 __all__ = ["ErrorHook", "SagaboardStore"]
 
 log = logging.getLogger("undo_core.remote")
 
-ErrorHook = Callable[[dict[str, Any], httpx.Response], None]
-"""``on_error(event, response)``: called (in the sender thread) for each dropped event."""
+ErrorHook = Callable[[dict[str, Any], StoreError], None]
+"""``on_error(event, error)``: called once for each event sagaboard will never get (module doc)."""
 
 _EVENTS_PATH = "/api/v1/events"
 _MAX_BATCH_BYTES = 900_000  # under the server's default SAGABOARD_API_MAX_BODY (1 MiB)
@@ -79,12 +109,22 @@ _BASE_BACKOFF = 0.1
 _MAX_RETRY_AFTER = 300.0
 _IDLE_WAIT = 1.0  # the sender and flush() re-check their state at least this often
 _CONFIG_STATUSES = frozenset({401, 403, 404, 405})
+_SUSPECT_TRIES = 3  # unexplained sender failures on one head event before it is dropped
+_EVENT_ID_AT = len('{"event_id":')  # every payload starts so (change_to_event's first key)
+_DECODER = json.JSONDecoder()
 
 
 class _Lease(NamedTuple):
     owner: str | None
     expires_at: datetime | None
     seq: int
+
+
+class _Report(NamedTuple):
+    """An event sagaboard will never get, and why: for ``on_error``."""
+
+    event: dict[str, Any]
+    error: StoreError
 
 
 class _Answer(NamedTuple):
@@ -142,7 +182,22 @@ class SagaboardStore:
         self._flushing = 0
         self._outage = False
         self._leases: dict[str, _Lease] = {}
-        self._counts = {"sent": 0, "retried": 0, "dropped_bad": 0, "spooled": 0}
+        self._counts = {
+            "sent": 0,
+            "retried": 0,
+            "dropped_bad": 0,
+            "unencodable": 0,
+            "dropped_after_refusal": 0,
+            "dropped_failing": 0,
+            "lost": 0,
+            "spooled": 0,
+        }
+        self._reports: list[_Report] = []  # from apply(), for the sender to hand to on_error
+        self._reports_made = 0
+        self._reports_done = 0
+        self._reported_sagas: set[str] = set()  # unencodable writes: on_error once per saga
+        self._refused_sagas: set[str] = set()  # their later events are not sent (sender only)
+        self._suspect: list[int] | None = None  # [head number, unexplained failures]
         self._thread = threading.Thread(target=self._run, name="sagaboard-sender", daemon=True)
         self._thread.start()
         _open_stores.add(self)
@@ -154,7 +209,11 @@ class SagaboardStore:
 
     def apply(self, change: SagaChange) -> None:
         """Queue one transition; never waits for the network (a full queue: see the module doc)."""
-        payload = encode_event(change)  # SerializationError here, in the caller's thread
+        try:
+            payload = encode_event(change)  # SerializationError here, in the caller's thread
+        except SerializationError as err:
+            self._unencodable(change, err)
+            raise
         with self._cond:
             self._wait_for_room()
             self._fence(change.saga)
@@ -166,6 +225,29 @@ class SagaboardStore:
             waiting = len(self._queue)
             if waiting == 1 or waiting >= self._batch_size:
                 self._cond.notify_all()  # the sender is idle, or its batch is full
+
+    def _unencodable(self, change: SagaChange, err: SerializationError) -> None:
+        """Log a write that cannot be sent; report it to on_error once per saga."""
+        saga_id = change.saga.id
+        with self._cond:
+            self._counts["unencodable"] += 1
+            first = saga_id not in self._reported_sagas
+            self._reported_sagas.add(saga_id)
+            if first and self._on_error is not None:
+                try:
+                    event = change_to_event(change)
+                except Exception:  # a time that cannot be converted: the id still says which
+                    event = {"event_id": event_id(change)}
+                self._reports.append(_Report(event, err))
+                self._reports_made += 1
+                self._cond.notify_all()
+        log.log(
+            logging.ERROR if first else logging.WARNING,
+            "event %r of saga %r is not sent to sagaboard: %s",
+            event_id(change),
+            saga_id,
+            err,
+        )
 
     def _wait_for_room(self) -> None:
         """Back pressure: wait (bounded) for the sender to free room, else refuse the write."""
@@ -256,27 +338,31 @@ class SagaboardStore:
     # ------------------------------------------------------------ flush, close, stats
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every event queued so far is acknowledged (or dropped as bad).
+        """Wait until every event queued so far is settled, and ``on_error`` has heard of it.
 
-        ``True`` when done, ``False`` if ``timeout`` seconds passed first (the
-        events stay queued). Cuts the sender's current backoff short, not a
-        server's ``Retry-After``.
+        Settled: acknowledged by sagaboard, or refused / unsendable and reported
+        to ``on_error`` (so ``True`` does not mean every event was accepted: see
+        ``stats()``). ``False`` if ``timeout`` seconds passed first (the events
+        stay queued). Cuts the sender's current backoff short, not a server's
+        ``Retry-After``.
         """
         if threading.current_thread() is self._thread:
             return False  # called from on_error: waiting on ourselves would deadlock
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            target = self._queue.last()
+            target, reports = self._queue.last(), self._reports_made
             self._flushing += 1
             self._cond.notify_all()
             self._hurry.set()
             try:
-                return self._wait_through(target, deadline)
+                return self._wait_through(target, reports, deadline)
             finally:
                 self._flushing -= 1
 
-    def _wait_through(self, target: int, deadline: float | None) -> bool:
-        while (head := self._queue.head()) is not None and head <= target:
+    def _wait_through(self, target: int, reports: int, deadline: float | None) -> bool:
+        while (
+            (head := self._queue.head()) is not None and head <= target
+        ) or self._reports_done < reports:
             if not self._thread.is_alive():
                 return False
             left = _IDLE_WAIT if deadline is None else deadline - time.monotonic()
@@ -286,10 +372,11 @@ class SagaboardStore:
         return True
 
     def close(self, timeout: float | None = 10.0) -> bool:
-        """Flush (up to ``timeout`` seconds), then stop the sender; ``True`` if all was sent.
+        """Flush (up to ``timeout`` seconds), then stop the sender; ``True`` if all was settled.
 
         Events still unsent stay in the spool if there is one (the next store on
-        it sends them), else they are lost and a warning says how many.
+        it sends them). Without a spool they are lost, never silently: a warning
+        names how many, and ``on_error`` hears of each (in this thread).
         """
         with self._cond:
             if self._closed:
@@ -307,6 +394,10 @@ class SagaboardStore:
     def _shut(self, sent_all: bool) -> None:
         with self._cond:
             left = len(self._queue)
+            lost = [] if self._spooled or not left else self._queue.peek(left, 1 << 62)
+            reports, self._reports = self._reports, []
+            self._reports_done += len(reports)
+            self._counts["lost"] += len(lost)
             self._queue.close()
         self._http.close()
         self._reader.close()
@@ -314,13 +405,25 @@ class SagaboardStore:
         if left and self._spooled:
             log.warning("%d event(s) for %s kept in the spool, to send later", left, self.url)
         elif left:
-            log.warning("%d event(s) for %s were never sent (no spool)", left, self.url)
+            log.warning(
+                "%d event(s) for %s were never sent (no spool), from %s to %s",
+                left,
+                self.url,
+                _event_of(lost[0].payload).get("event_id"),
+                _event_of(lost[-1].payload).get("event_id"),
+            )
         elif not sent_all:
             log.warning("SagaboardStore for %s closed before its flush ended", self.url)
+        why = StoreError(f"not sent: the store for {self.url} closed before it could be")
+        self._tell([*reports, *(_Report(_event_of(i.payload), why) for i in lost)])
 
     def stats(self) -> dict[str, int]:
         """Counts: ``queued`` (waiting now), ``sent``, ``retried`` (batch retries),
-        ``dropped_bad`` (refused events), ``spooled`` (written to the spool by this store)."""
+        ``dropped_bad`` (events sagaboard refused), ``unencodable`` (writes that could not be
+        encoded, and spool rows that were not UTF-8), ``dropped_after_refusal`` (later events
+        of those sagas, not sent), ``dropped_failing`` (events the sender kept failing on),
+        ``lost`` (queued without a spool when the store closed), ``spooled`` (written to the
+        spool by this store)."""
         with self._cond:
             return {"queued": len(self._queue), **self._counts}
 
@@ -360,15 +463,48 @@ class SagaboardStore:
         while (batch := self._next_batch()) is not None:
             try:
                 self._deliver(batch, grow=True)
-            except Exception:  # the sender must outlive any bug: events would stop flowing
+                self._suspect = None
+            except Exception as err:  # the sender must outlive any bug: events would stop flowing
                 log.exception("sagaboard sender failed; retrying")
+                self._after_failure(err)
                 self._pause(self._max_backoff, 0.0)
 
+    def _after_failure(self, err: Exception) -> None:
+        """Retry the head alone; drop it (reported) once it alone failed ``_SUSPECT_TRIES`` times.
+
+        An unexplained failure is a bug, but it must not stop every event behind
+        the one that triggers it.
+        """
+        try:
+            with self._cond:
+                head = self._queue.head()
+                if head is None:
+                    return
+                if self._suspect is None or self._suspect[0] != head:
+                    self._suspect = [head, 0]
+                self._suspect[1] += 1
+                if self._suspect[1] < _SUSPECT_TRIES:
+                    return
+                item = self._queue.peek(1, _MAX_BATCH_BYTES)[0]
+            why = StoreError(f"the sagaboard sender failed {_SUSPECT_TRIES} times on it: {err!r}")
+            self._give_up(item, why, "dropped_failing")
+        except Exception:
+            log.exception("cannot drop the event the sagaboard sender fails on")
+
     def _next_batch(self) -> list[Item] | None:
-        """The head of the queue, once there is one; lingers ``flush_interval`` to fill a batch."""
+        """The head of the queue, once there is one; lingers ``flush_interval`` to fill a batch.
+
+        Hands ``apply``'s reports to ``on_error`` first, in this thread.
+        """
+        while True:
+            with self._cond:
+                while not self._stopping and len(self._queue) == 0 and not self._reports:
+                    self._cond.wait(_IDLE_WAIT)
+                if self._stopping:
+                    return None
+            if not self._hand_over_reports():
+                break
         with self._cond:
-            while not self._stopping and len(self._queue) == 0:
-                self._cond.wait(_IDLE_WAIT)
             deadline = time.monotonic() + self._flush_interval
             while not self._stopping and len(self._queue) < self._batch_size:
                 left = deadline - time.monotonic()
@@ -378,12 +514,67 @@ class SagaboardStore:
             if self._stopping:
                 return None
             self._hurry.clear()  # an old flush() must not cut this batch's first backoff short
-            return self._queue.peek(self._batch_size, _MAX_BATCH_BYTES)
+            suspect = self._suspect is not None and self._suspect[0] == self._queue.head()
+            return self._queue.peek(1 if suspect else self._batch_size, _MAX_BATCH_BYTES)
+
+    def _hand_over_reports(self) -> bool:
+        """Call on_error for what apply() reported (also between retries: an outage must not
+        delay news of a local failure); ``True`` if there was any."""
+        with self._cond:
+            reports, self._reports = self._reports, []
+        if not reports:
+            return False
+        self._tell(reports)
+        with self._cond:
+            self._reports_done += len(reports)
+            self._cond.notify_all()
+        return True
+
+    def _screen(self, items: list[Item]) -> list[Item]:
+        """The leading events of ``items`` that may be sent; unsendable ones at the head are
+        dropped (and reported) here, so one of them never holds back the others."""
+        clean: list[Item] = []
+        for item in items:
+            why = self._unsendable(item)
+            if why is None:
+                clean.append(item)
+                continue
+            if clean:
+                break  # send what is before it first; it is then the head
+            if why == "follower":
+                self._drop_follower(item)
+            else:
+                problem = value_problem(_event_of(item.payload), "the event")
+                error = SerializationError(
+                    f"cannot be sent: {problem}", saga_id=_saga_of(item.payload)
+                )
+                self._give_up(item, error, why)
+        return clean
+
+    def _unsendable(self, item: Item) -> str | None:
+        if self._refused_sagas and _saga_of(item.payload) in self._refused_sagas:
+            return "follower"
+        if not item.payload.isascii():
+            try:
+                item.payload.encode("utf-8")
+            except UnicodeEncodeError:  # only a spool row that was not UTF-8 gets here
+                return "unencodable"
+        return None
+
+    def _drop_follower(self, item: Item) -> None:
+        """A later event of a saga whose earlier event was refused: not sent (module doc)."""
+        with self._cond:
+            self._counts["dropped_after_refusal"] += 1
+        log.debug("event %r not sent: an earlier event of its saga was refused", _id_of(item))
+        self._resolve(item.number, sent=0)
 
     def _deliver(self, items: list[Item], *, grow: bool) -> None:
         """Send ``items`` until acknowledged, isolated, or the store stops."""
         attempt = 0
         while not self._stopping:
+            items = self._screen(items)
+            if not items:
+                return
             answer = self._post(items)
             if answer.kind == "ok":
                 self._resolve(items[-1].number, sent=len(items))
@@ -395,6 +586,7 @@ class SagaboardStore:
             attempt += 1
             with self._cond:
                 self._counts["retried"] += 1
+            self._hand_over_reports()
             if not self._pause(self._backoff(attempt), answer.retry_after):
                 return
             if grow:  # same head, maybe more behind it now: order is unchanged
@@ -448,20 +640,35 @@ class SagaboardStore:
             self._deliver([item], grow=False)
 
     def _drop(self, item: Item, response: httpx.Response) -> None:
-        event: dict[str, Any] = json.loads(item.payload)
+        self._give_up(item, api_error(response), "dropped_bad")
+
+    def _give_up(self, item: Item, error: StoreError, count: str) -> None:
+        """Drop one event sagaboard will never take, and its saga's later events; report it."""
+        event = _event_of(item.payload)
+        saga_id = _saga_of(item.payload)
         log.error(
-            "sagaboard refused event %s (%s); it is dropped, the others go on",
+            "sagaboard will not get event %r of saga %r (%s): it is dropped with the saga's "
+            "later events; the other sagas' events go on",
             event.get("event_id"),
-            api_error(response),
+            saga_id,
+            error,
         )
         with self._cond:
-            self._counts["dropped_bad"] += 1
-        if self._on_error is not None:
+            self._counts[count] += 1
+        if saga_id is not None:
+            self._refused_sagas.add(saga_id)
+        self._tell([_Report(event, error)])
+        self._resolve(item.number, sent=0)
+
+    def _tell(self, reports: list[_Report]) -> None:
+        """Hand each report to ``on_error``; a failing hook is logged, never fatal."""
+        if self._on_error is None:
+            return
+        for report in reports:
             try:
-                self._on_error(event, response)
+                self._on_error(report.event, report.error)
             except Exception:
                 log.exception("on_error hook %r failed", self._on_error)
-        self._resolve(item.number, sent=0)
 
     def _resolve(self, number: int, *, sent: int) -> None:
         """Events up to ``number`` are done: remove them and wake flush() and blocked apply()."""
@@ -490,6 +697,30 @@ class SagaboardStore:
         if rest > 0 and self._hurry.wait(rest):
             self._hurry.clear()
         return not self._stopping
+
+
+def _event_of(payload: str) -> dict[str, Any]:
+    """The queued event as a dict (a spool row that is not JSON still gives its text)."""
+    try:
+        event = json.loads(payload)
+    except ValueError:
+        return {"event_id": None, "payload": payload[:200]}
+    return event if isinstance(event, dict) else {"event_id": None, "payload": payload[:200]}
+
+
+def _id_of(item: Item) -> str | None:
+    """The ``event_id`` of a queued event, read from the start of its text (no full parse)."""
+    try:
+        eid, _ = _DECODER.raw_decode(item.payload, _EVENT_ID_AT)
+    except (ValueError, IndexError):
+        eid = _event_of(item.payload).get("event_id")
+    return eid if isinstance(eid, str) else None
+
+
+def _saga_of(payload: str) -> str | None:
+    """The saga id of a queued event: its ``event_id`` is ``"<saga id>:<seq>"``."""
+    eid = _id_of(Item(0, payload))
+    return eid.rpartition(":")[0] if eid is not None else None
 
 
 _open_stores: set[SagaboardStore] = set()

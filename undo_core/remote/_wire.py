@@ -7,12 +7,10 @@ their string values, attempts as objects) live in one place.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ..errors import SerializationError
 from ..records import (
     AttemptOutcome,
     CompensationAttempt,
@@ -21,6 +19,7 @@ from ..records import (
     SagaSnapshot,
     StepSnapshot,
 )
+from ..serialize import check_counters, json_text, unstorable
 from ..states import SagaStatus, StepState
 from ..storage import SagaChange
 
@@ -131,50 +130,23 @@ def change_to_event(change: SagaChange) -> dict[str, Any]:
     }
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
 def encode_event(change: SagaChange) -> str:
     """The event as compact JSON text, or :class:`SerializationError` naming the bad value.
 
     Called by ``SagaboardStore.apply`` in the caller's thread, so a value that
     cannot be sent fails that transition there and then (the engine fails the
     step) instead of failing later in the background where nobody can act.
-    Encoding now also freezes the values: a caller mutating its input later
-    does not change what is sent.
+    The rule is undo_core's one rule for every store (``undo_core.serialize``):
+    JSON, text that encodes as UTF-8, counters within 64 bits. Encoding now
+    also freezes the values: a caller mutating its input later does not change
+    what is sent.
     """
     try:
-        return _dumps(change_to_event(change))
-    except (TypeError, ValueError) as err:
-        raise _serialization_error(change, err) from err
-
-
-def _serialization_error(change: SagaChange, err: Exception) -> SerializationError:
-    """Name exactly which value is at fault, in the words of ``SQLiteStore``."""
-    r, s = change.saga, change.step
-    if s is not None:
-        where = f"step {s.id!r} ({s.tool_name}) of saga {r.name!r}"
-        for name, value in (("input", s.input), ("output", s.output), ("metadata", s.metadata)):
-            culprit = _check(value, f"{name} of {where}")
-            if culprit is not None:
-                return culprit
-    for name, value in (
-        (f"state of saga {r.name!r}", r.state),
-        (f"options of saga {r.id!r}", r.options),
-    ):
-        culprit = _check(value, name)
-        if culprit is not None:
-            return culprit
-    return SerializationError(f"a transition of saga {r.name!r} cannot be sent as JSON: {err}")
-
-
-def _check(value: Any, what: str) -> SerializationError | None:
-    try:
-        _dumps(dict(value) if isinstance(value, Mapping) else value)
-    except (TypeError, ValueError) as err:
-        return SerializationError(f"{what} is not JSON-serialisable: {err}")
-    return None
+        text = json_text(change_to_event(change))
+        check_counters(change)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise unstorable(change, err) from err
+    return text
 
 
 # ---------------------------------------------------------------- reading back
