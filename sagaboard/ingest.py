@@ -2,8 +2,10 @@
 
 One call is one transaction: every event applies, or none does and the error
 names the first bad one. An event repeated with its ``event_id`` (an SDK retry)
-is answered as a duplicate; each move is checked against undo_core's own
-transition tables before it is stored.
+is answered as a duplicate; every event, whatever its kind, is checked by
+undo_core's rules (``undo_core.check_change``: the transition tables and what each
+kind of event may change) against what is stored, and kept in the log as it was
+accepted (``Event.change``) so that the log replays to the record.
 """
 
 from __future__ import annotations

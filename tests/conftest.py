@@ -41,7 +41,7 @@ def record_verified(request: pytest.FixtureRequest) -> Any:
     undo plan) names them with ``@pytest.mark.record_rewritten("step.undo")``: those
     differences are expected, any other still fails it."""
     yield
-    from sagaboard.verify import verify
+    from sagaboard.verify import verify  # here, as above: the Django-free suites share this file
 
     marker = request.node.get_closest_marker("record_rewritten")
     allowed = set(marker.args) if marker is not None else set()
