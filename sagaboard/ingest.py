@@ -2,8 +2,10 @@
 
 One call is one transaction: every event applies, or none does and the error
 names the first bad one. An event repeated with its ``event_id`` (an SDK retry)
-is answered as a duplicate; each move is checked against undo_core's own
-transition tables before it is stored.
+is answered as a duplicate; every event, whatever its kind, is checked by
+undo_core's rules (``undo_core.check_change``: the transition tables and what each
+kind of event may change) against what is stored, and kept in the log as it was
+accepted (``Event.change``) so that the log replays to the record.
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any, Literal
 
 import orjson
 from django.db import IntegrityError, transaction
-from django.db.models import Count
 from django.utils import timezone
 
 from sagaboard import limits, notifications, rollback_outcomes
@@ -27,6 +29,7 @@ from sagaboard.schemas import TransitionIn
 from sagaboard.storage import copy_saga, copy_step, event_fields, new_attempts
 from undo_core import (
     AttemptOutcome,
+    ChangeRefused,
     EventKind,
     RollbackAssessment,
     SagaChange,
@@ -38,9 +41,9 @@ from undo_core import (
     StepState,
     TransitionError,
     assess_rollback,
+    check_change,
 )
 from undo_core import CompensationAttempt as AttemptRecord
-from undo_core.states import check_saga_transition, check_step_transition
 
 
 class IngestError(Exception):
@@ -73,13 +76,27 @@ _STEP_COLUMNS = [
 ]  # fmt: skip
 _EVENT_COLUMNS = [
     "project_id", "saga_id", "seq", "client_event_id", "digest", "kind", "step_id",
-    "tool_name", "from_state", "to_state", "at", "actor", "detail", "recorded_at",
+    "tool_name", "from_state", "to_state", "at", "actor", "detail", "recorded_at", "change",
 ]  # fmt: skip
 _SAGA_NEW_COLUMNS = [
     "project_id", "saga_id", "driver", "created_at", "received_at", "posted_by_token_id",
     *_SAGA_COLUMNS,
 ]  # fmt: skip
 _ATTEMPT_COLUMNS = ["step_id", "number", "started_at", "finished_at", "outcome", "error", "actor"]
+# What the rules compare of a stored saga and step (undo_core's SagaRecord, StepSnapshot).
+_SAGA_RECORD = [
+    "name", "status", "created_at", "updated_at", "seq", "next_step_number", "options", "state",
+    "failed_step",
+]  # fmt: skip
+_STEP_RECORD = [
+    "position", "tool_name", "state", "input", "output", "error", "error_type", "traceback",
+    "has_undo", "requires_approval", "reversibility", "idempotency_key", "created_at",
+    "updated_at", "completed_at", "decision_note", "decided_by", "metadata",
+]  # fmt: skip
+# Only a step that was COMPENSATING has undo attempts: others need no attempt query.
+_MAY_HAVE_ATTEMPTS = {
+    StepState.COMPENSATING, StepState.ROLLED_BACK, StepState.ROLLBACK_FAILED, StepState.RESOLVED
+}  # fmt: skip
 
 
 class _Batch:
@@ -87,7 +104,9 @@ class _Batch:
 
     A batch of N events costs a constant number of queries, not N times a few,
     and rows are plain namespaces written with ``executemany``: that is what lets
-    one request carry a thousand events.
+    one request carry a thousand events. Beside the rows it keeps, as undo_core's
+    records, what is stored (and then accepted) for each saga and step it touches:
+    every event is checked against that by ``undo_core.check_change``.
     """
 
     def __init__(self, project: Project, events: list[TransitionIn]) -> None:
@@ -95,13 +114,12 @@ class _Batch:
         saga_ids = list({e.saga.id for e in events})
         with round_trip():
             # Lock the sagas this batch changes: concurrent batches for one saga serialise
-            # here. Only what validation reads is loaded; written columns come from events.
+            # here. What the rules compare is loaded; written columns come from events.
             sagas = send_select(
-                Saga,
-                ["id", "project_id", "saga_id", "driver", "status", "seq"],
-                {"project": project.pk, "saga_id": saga_ids},
-                for_update=True,
-            )
+                Saga, ["id", "project_id", "saga_id", "driver", *_SAGA_RECORD], {
+                    "project": project.pk, "saga_id": saga_ids
+                }, for_update=True,
+            )  # fmt: skip
             # Sent after the lock, so read after it (statements run in order): a
             # concurrent batch on these sagas has committed by the time these run.
             seen = send_select(
@@ -111,7 +129,7 @@ class _Batch:
             )
             steps = send_select(
                 Step,
-                ["id", "saga_id", "step_id", "state", "undo"],
+                ["id", "saga_id", "step_id", "undo", *_STEP_RECORD],
                 {
                     "saga": InSelect(Saga, "id", {"project": project.pk, "saga_id": saga_ids}),
                     "step_id": list({e.step.id for e in events if e.step is not None}),
@@ -122,42 +140,58 @@ class _Batch:
         # The server's clock, read once the sagas are locked: what this batch stores is
         # received and changed now, whatever times its events carry (sagaboard.clock).
         self.now = timezone.now()
+        self.records: dict[str, SagaRecord] = {}
         for row in self.sagas.values():
-            row.pk, row.created_at = row.id, None
+            row.pk = row.id
+            self.records[row.saga_id] = _stored_saga(row)
+            row.created_at = None
         by_pk = {s.pk: s.saga_id for s in self.sagas.values()}
         self.steps = {}
         for row in steps.fetch():
             row.pk, row.undo = row.id, json.loads(row.undo) if row.undo else {}
             self.steps[(by_pk[row.saga_id], row.step_id)] = row
-        self.attempts: dict[int, set[int]] = {}
-        if any(e.step is not None and e.step.attempts for e in events):
-            for step_pk, number in CompensationAttempt.objects.filter(
+        # What is stored (then accepted) of each step this batch touches.
+        self.snaps: dict[tuple[str, str], StepSnapshot] = {}
+        attempts: dict[int, list[AttemptRecord]] = {}
+        if any(row.state in _MAY_HAVE_ATTEMPTS for row in self.steps.values()) or any(
+            e.step is not None and e.step.attempts for e in events
+        ):
+            for a in CompensationAttempt.objects.filter(
                 step_id__in=[s.pk for s in self.steps.values()]
-            ).values_list("step_id", "number"):
-                self.attempts.setdefault(step_pk, set()).add(number)
-        self.step_counts: dict[str, int] | None = None
+            ).order_by("number"):
+                attempts.setdefault(a.step_id, []).append(_attempt(a))
+        for key, row in self.steps.items():
+            self.snaps[key] = _stored_step(row, attempts.get(row.pk, ()))
+        self.attempts = {pk: {a.number for a in found} for pk, found in attempts.items()}
+        # Each saga's steps as the rules see them (state, has_undo), loaded when first needed.
+        self.facts: dict[str, dict[str, Any]] | None = None
         self.token_pk: int | None = None
         self.failed_undos: list[tuple[str, str]] = []
         self.rolled_back: list[str] = []
         """Sagas this batch ended ROLLED_BACK (announced if not clean)."""
         self.assessments: dict[str, RollbackAssessment] = {}
         self.dirty_steps: dict[tuple[str, str], StepSnapshot] = {}
-        self.events: list[tuple[SimpleNamespace, SagaEvent, str, str]] = []
+        self.events: list[tuple[SimpleNamespace, SagaEvent, str, str, str]] = []
 
-    def step(self, saga: Any, step_id: str) -> Any:
-        return self.steps.get((saga.saga_id, step_id))
+    def step(self, saga_id: str, step_id: str) -> StepSnapshot | None:
+        return self.snaps.get((saga_id, step_id))
 
-    def step_added(self, saga_id: str) -> int:
-        """The saga's step count with one more; stored steps are counted in one query, once."""
-        if self.step_counts is None:
+    def step_facts(self, saga_id: str) -> dict[str, Any]:
+        """The saga's steps' states (one query for every stored saga of the batch, once)."""
+        if self.facts is None:
             pks = {s.pk: s.saga_id for s in self.sagas.values() if s.pk is not None}
-            rows = Step.objects.filter(saga_id__in=list(pks)).values_list("saga_id")
-            self.step_counts = {pks[pk]: n for pk, n in rows.annotate(n=Count("id"))}
-        self.step_counts[saga_id] = self.step_counts.get(saga_id, 0) + 1
-        return self.step_counts[saga_id]
+            self.facts = {saga_id: {} for saga_id in self.sagas}
+            rows = Step.objects.filter(saga_id__in=list(pks)).values_list(
+                "saga_id", "step_id", "state", "has_undo"
+            )
+            for saga_pk, step_id, state, has_undo in rows:
+                self.facts[pks[saga_pk]][step_id] = SimpleNamespace(state=state, has_undo=has_undo)
+            for (saga_id_, step_id), snap in self.dirty_steps.items():  # changed in this batch
+                self.facts[saga_id_][step_id] = snap
+        return self.facts.setdefault(saga_id, {})
 
-    def apply(self, event: TransitionIn, digest: str) -> None:
-        record, snapshot, info = _change(event)
+    def apply(self, change: SagaChange, client_id: str, digest: str, payload: str) -> None:
+        record, snapshot, info = change
         saga = self.sagas.get(record.id)
         if saga is None:
             saga = SimpleNamespace(
@@ -165,9 +199,12 @@ class _Batch:
             )
             saga.received_at = self.now
             self.sagas[record.id] = saga
+            if self.facts is not None:
+                self.facts[record.id] = {}
         saga.dirty = True
         copy_saga(saga, record)
         saga.changed_at = self.now
+        self.records[record.id] = record
         if snapshot is not None:
             key = (saga.saga_id, snapshot.id)
             row = self.steps.get(key)
@@ -177,8 +214,10 @@ class _Batch:
                 )
             copy_step(row, snapshot, driver=saga.driver)
             row.changed_at = self.now
-            self.dirty_steps[key] = snapshot
-        self.events.append((saga, info, event.event_id, digest))
+            self.dirty_steps[key] = self.snaps[key] = snapshot
+            if self.facts is not None:
+                self.facts.setdefault(saga.saga_id, {})[snapshot.id] = snapshot
+        self.events.append((saga, info, client_id, digest, payload))
         if info.step_id is not None and info.to_state == StepState.ROLLBACK_FAILED:
             self.failed_undos.append((saga.saga_id, info.step_id))
         if info.step_id is None and info.to_state == SagaStatus.ROLLED_BACK:
@@ -257,8 +296,9 @@ class _Batch:
                     **event_fields(saga, info, client_id, digest),
                     saga_id=saga.pk,
                     recorded_at=self.now,
+                    change=payload,
                 )
-                for saga, info, client_id, digest in self.events
+                for saga, info, client_id, digest, payload in self.events
             ),
             returning=["id", "client_event_id"],
         )
@@ -285,7 +325,7 @@ def events_ingest(
         duplicates: set[int] = set()
         for index, event in enumerate(events):
             try:
-                digest = _digest(event, None if sent is None else sent[index])
+                digest, payload = _digest(event, None if sent is None else sent[index])
                 known = batch.seen.get(event.event_id, (digests.get(event.event_id), 0))[0]
                 if known is not None:
                     if not _same_event(known, digest, event):
@@ -297,8 +337,9 @@ def events_ingest(
                         )
                     duplicates.add(index)
                     continue
-                _check_move(batch, event)
-                batch.apply(event, digest)
+                change = change_of(event)
+                _check_move(batch, change)
+                batch.apply(change, event.event_id, digest, payload)
                 digests[event.event_id] = digest
             except IngestError as err:
                 err.index, err.event_id = index, event.event_id
@@ -338,19 +379,22 @@ def _announce_rolled_back(project: Project, batch: _Batch) -> None:
             notifications.notify_rolled_back(saga, found)
 
 
-def _digest(event: TransitionIn, sent: Any) -> str:
-    """The SHA-256 of the event as the client sent it (its JSON object, keys sorted).
+def _digest(event: TransitionIn, sent: Any) -> tuple[str, str]:
+    """The SHA-256 of the event as the client sent it (its JSON object, keys sorted), and
+    that JSON as text: the log keeps it as the change the event made (``Event.change``),
+    so a replay re-reads exactly what was accepted, at the cost of no second encoding.
 
     A re-delivery sends the same JSON. Serialising the validated model instead (as
     digests were first made, and still are without ``sent``) cost 30 us an event.
     """
     if sent is None:
-        return hashlib.sha256(_legacy_form(event)).hexdigest()
+        canonical = _legacy_form(event)
+        return hashlib.sha256(canonical).hexdigest(), canonical.decode()
     try:
         canonical = orjson.dumps(sent, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # an integer past 64 bits: the same event always lands here
         canonical = json.dumps(sent, sort_keys=True, ensure_ascii=False).encode()
-    return hashlib.sha256(canonical).hexdigest()
+    return hashlib.sha256(canonical).hexdigest(), canonical.decode()
 
 
 def _legacy_form(event: TransitionIn) -> bytes:
@@ -363,104 +407,110 @@ def _same_event(known: str, digest: str, event: TransitionIn) -> bool:
     return known == digest or known == hashlib.sha256(_legacy_form(event)).hexdigest()
 
 
-def _check_move(batch: _Batch, event: TransitionIn) -> None:
-    """Refuse what undo_core's state machine forbids, naming the rule."""
-    info, saga_in, step_in = event.event, event.saga, event.step
-    if info.seq != saga_in.seq:
-        raise IngestError(422, "validation_error", "event.seq must equal saga.seq", "event.seq")
-    saga = batch.sagas.get(saga_in.id)
+# How each of undo_core's rules answers over HTTP (anything else: 409).
+_UNPROCESSABLE = {"validation_error", "unknown_saga", "unknown_step", "limit_exceeded"}
+
+
+def _check_move(batch: _Batch, change: SagaChange) -> None:
+    """Refuse what undo_core's rules forbid (``undo_core.check_change``), naming rule and field."""
+    record, snap, info = change
+    saga = batch.sagas.get(record.id)
     if saga is not None and saga.driver == Saga.Driver.SERVER:
         # Its steps, states and undos change only through the manual-flow API and the
         # workers: events could otherwise rewrite what an approver approved.
         raise IngestError(
             409,
             "conflict",
-            f"saga {saga_in.id!r} is run by sagaboard: change it through /api/v1/sagas/, "
+            f"saga {record.id!r} is run by sagaboard: change it through /api/v1/sagas/, "
             "not transition events",
             "saga.id",
         )
-    if saga is None and not (info.kind is EventKind.SAGA and info.from_state is None):
-        raise IngestError(
-            422,
-            "unknown_saga",
-            f"saga {saga_in.id!r} is unknown: its first event must create it",
-            "saga.id",
-        )
-    if saga is not None and info.seq <= saga.seq:
-        raise IngestError(
-            409,
-            "stale_event",
-            f"saga {saga_in.id!r} is at event {saga.seq}; event {info.seq} is older",
-            "event.seq",
-        )
+    stored = batch.records.get(record.id) if saga is not None else None
+    step = batch.step(record.id, snap.id) if snap is not None else None
+    facts: Any = ()
+    if stored is not None and (
+        (info.kind is EventKind.STEP and info.from_state is None) or info.kind is EventKind.SAGA
+    ):
+        facts = batch.step_facts(record.id).values()
     try:
-        if info.kind is EventKind.SAGA:
-            _check_saga_move(saga, saga_in.status, info.from_state, info.to_state)
-        elif info.kind is EventKind.STEP:
-            stored = batch.step(saga, step_in.id) if saga and step_in else None
-            _check_step_move(stored, step_in, info.from_state, info.to_state)
-            if info.from_state is None and batch.step_added(saga_in.id) > limits.max_steps():
-                raise IngestError(
-                    422,
-                    "limit_exceeded",
-                    f"a saga has at most {limits.max_steps()} steps (SAGABOARD_MAX_STEPS)",
-                    "step.id",
-                )
-        elif step_in is None and info.kind is EventKind.ATTEMPT:
-            raise IngestError(422, "validation_error", "an attempt event needs its step", "step")
+        check_change(stored, step, change, steps=facts, max_steps=limits.max_steps())
+    except ChangeRefused as err:
+        message = str(err)
+        if err.rule == "limit_exceeded":
+            message = f"a saga has at most {limits.max_steps()} steps (SAGABOARD_MAX_STEPS)"
+        status = 422 if err.rule in _UNPROCESSABLE else 409
+        code = "illegal_transition" if err.rule == "fixed_field" else err.rule
+        raise IngestError(status, code, message, err.field) from err
     except TransitionError as err:
         raise IngestError(409, "illegal_transition", str(err), "event.to_state") from err
 
 
-def _check_saga_move(saga: Any, status: SagaStatus, frm: str | None, to: str) -> None:
-    if to != status:
-        raise IngestError(
-            422, "validation_error", "event.to_state must equal saga.status", "event.to_state"
-        )
-    if saga is None:
-        if status is not SagaStatus.IN_PROGRESS:
-            raise IngestError(
-                409, "illegal_transition", "a new saga starts IN_PROGRESS", "saga.status"
-            )
-        return
-    if frm is None:
-        raise IngestError(409, "conflict", f"saga {saga.saga_id!r} already exists", "saga.id")
-    if frm != saga.status:
-        raise IngestError(
-            409,
-            "illegal_transition",
-            f"saga {saga.saga_id!r} is {saga.status}, not {frm}",
-            "event.from_state",
-        )
-    check_saga_transition(SagaStatus(saga.status), SagaStatus(to), saga_id=saga.saga_id)
+def _dt(value: Any) -> datetime | None:
+    """A time as the driver returns it: naive UTC on SQLite, aware on PostgreSQL."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def _check_step_move(stored: Any, step: Any, frm: str | None, to: str) -> None:
-    if step is None:
-        raise IngestError(422, "validation_error", "a step event needs its step", "step")
-    if to != step.state:
-        raise IngestError(
-            422, "validation_error", "event.to_state must equal step.state", "event.to_state"
-        )
-    if frm is None:
-        if stored is not None:
-            raise IngestError(409, "conflict", f"step {step.id!r} already exists", "step.id")
-        if step.state is not StepState.PENDING:
-            raise IngestError(409, "illegal_transition", "a new step starts PENDING", "step.state")
-        return
-    if stored is None:
-        raise IngestError(422, "unknown_step", f"step {step.id!r} is unknown", "step.id")
-    if frm != stored.state:
-        raise IngestError(
-            409,
-            "illegal_transition",
-            f"step {step.id!r} is {stored.state}, not {frm}",
-            "event.from_state",
-        )
-    check_step_transition(StepState(stored.state), StepState(to), step_id=step.id)
+def _json(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
 
 
-def _change(event: TransitionIn) -> SagaChange:
+def _stored_saga(row: Any) -> SagaRecord:
+    return SagaRecord(
+        id=row.saga_id,
+        name=row.name,
+        status=SagaStatus(row.status),
+        created_at=_dt(row.created_at),  # type: ignore[arg-type]
+        updated_at=_dt(row.updated_at),  # type: ignore[arg-type]
+        seq=row.seq,
+        next_step_number=row.next_step_number,
+        options=_json(row.options) or {},
+        state=_json(row.state),
+        failed_step=row.failed_step,
+    )
+
+
+def _stored_step(row: Any, attempts: Sequence[AttemptRecord]) -> StepSnapshot:
+    return StepSnapshot(
+        id=row.step_id,
+        position=row.position,
+        tool_name=row.tool_name,
+        state=StepState(row.state),
+        input=_json(row.input),
+        output=_json(row.output),
+        error=row.error,
+        error_type=row.error_type,
+        traceback=row.traceback,
+        has_undo=bool(row.has_undo),
+        requires_approval=bool(row.requires_approval),
+        reversibility=row.reversibility,
+        idempotency_key=row.idempotency_key,
+        created_at=_dt(row.created_at),
+        updated_at=_dt(row.updated_at),
+        completed_at=_dt(row.completed_at),
+        compensation_attempts=tuple(attempts),
+        decision_note=row.decision_note,
+        decided_by=row.decided_by,
+        metadata=_json(row.metadata) or {},
+    )
+
+
+def _attempt(a: CompensationAttempt) -> AttemptRecord:
+    return AttemptRecord(
+        a.number,
+        a.started_at,
+        a.finished_at,
+        AttemptOutcome(a.outcome) if a.outcome else None,
+        a.error,
+        a.actor,
+    )
+
+
+def change_of(event: TransitionIn) -> SagaChange:
+    """The undo_core change a transition event carries (also how a replay reads the log)."""
     s, st, e = event.saga, event.step, event.event
     record = SagaRecord(
         id=s.id,

@@ -281,6 +281,12 @@ class Event(models.Model):
     actor = models.CharField(max_length=200, null=True, blank=True)
     detail = models.TextField(null=True, blank=True)
     recorded_at = models.DateTimeField(default=timezone.now)
+    change = models.TextField(null=True, blank=True)
+    """What the event changed, as accepted: the transition event's JSON (``saga``, ``step``,
+    ``event``; ``undo`` for a server-run step's creation). Replaying a saga's changes in
+    ``seq`` order through undo_core gives its stored record (``sagaboard_verify``). NULL
+    for an operator's event, which changes no mirrored field, and for events logged
+    before changes were kept."""
 
     class Meta:
         constraints = [

@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 
 from sagaboard import limits, undo_kinds
 from sagaboard.ingest import IngestError
-from sagaboard.models import ApiRequest, Project, Saga, Step
+from sagaboard.models import ApiRequest, Project, Saga
 from sagaboard.storage import DjangoStore
 from undo_core import (
     LeaseError,
@@ -175,14 +175,14 @@ def step_add(
     def act() -> str:
         with _engine(project, saga_id) as saga:
             _check_step_count(len(saga.steps))
+            store = saga.store
+            assert isinstance(store, DjangoStore)
+            store.new_step_undo = undo  # stored with the step, and in its creation event
             step_id = saga.add_step(
                 _tool(tool_name, undo.get("kind", "none"), reversibility),
                 input,
                 requires_approval=requires_approval or undo.get("kind") == "command",
             )
-        Step.objects.filter(saga__project=project, saga__saga_id=saga_id, step_id=step_id).update(
-            undo=undo
-        )
         return step_id
 
     return _once(project, event_id, "step.add", payload, saga_id, act)[1] or ""

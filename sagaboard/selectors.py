@@ -184,8 +184,12 @@ def saga_list(
 
 
 def event_list_for_saga(*, saga: Saga, after: int = 0, limit: int = 500) -> list[Event]:
-    """The saga's event log after the log id ``after``, oldest first (a catch-up cursor)."""
-    return list(Event.objects.filter(saga=saga, pk__gt=after).order_by("pk")[:limit])
+    """The saga's event log after the log id ``after``, oldest first (a catch-up cursor).
+
+    Without each event's kept change (``Event.change``, for replays): it repeats the
+    step's input and output, which pages and the API do not show from here."""
+    events = Event.objects.filter(saga=saga, pk__gt=after).defer("change")
+    return list(events.order_by("pk")[:limit])
 
 
 def saga_matches(

@@ -8,6 +8,7 @@ transaction: the saga row (locked), the step row, new attempts, one event.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +34,7 @@ from undo_core import (
     assess_rollback,
 )
 from undo_core import CompensationAttempt as AttemptRecord
+from undo_core.remote import change_to_event
 
 UNFINISHED = [SagaStatus.IN_PROGRESS.value, SagaStatus.COMPENSATING.value]
 
@@ -43,6 +45,10 @@ class DjangoStore:
     def __init__(self, project: Project, *, driver: str = Saga.Driver.SERVER) -> None:
         self.project = project
         self.driver = driver
+        self.new_step_undo: dict[str, Any] | None = None
+        """How the undo of the next step this store creates runs (``Step.undo``): set by
+        the manual-flow API before ``add_step``, so the step is stored with it at once
+        and its creation event records it (a replay finds it there)."""
 
     # ------------------------------------------------------------ writes
 
@@ -84,11 +90,16 @@ class DjangoStore:
             saga.changed_at = now
             found = _outcome(saga, step)
             saga.save()
+            created = None
             if step is not None:
                 row = Step.objects.filter(saga=saga, step_id=step.id).first() or Step(
                     saga=saga, step_id=step.id
                 )
-                copy_step(row, step, driver=saga.driver)
+                if row.pk is None:
+                    copy_step(row, step, driver=saga.driver, undo=self.new_step_undo)
+                    created = row.undo
+                else:
+                    copy_step(row, step, driver=saga.driver)
                 row.changed_at = now
                 row.save()
                 if step.compensation_attempts:  # most transitions carry none: no query
@@ -99,7 +110,9 @@ class DjangoStore:
             if event.step_id is None and event.to_state == SagaStatus.ROLLED_BACK:
                 notifications.notify_rolled_back(saga, found)
             fields = event_fields(saga, event, client_event_id, digest)
-            return Event.objects.create(**fields, recorded_at=now)
+            return Event.objects.create(
+                **fields, recorded_at=now, change=change_json(change, created)
+            )
 
     # ------------------------------------------------------------ leases
 
@@ -185,7 +198,21 @@ def copy_saga(saga: Saga, r: SagaRecord) -> None:
     saga.lease_expires_at = r.lease_expires_at
 
 
-def copy_step(row: Step, s: StepSnapshot, *, driver: str) -> None:
+def change_json(change: SagaChange, undo: dict[str, Any] | None = None) -> str:
+    """The change as the event log keeps it (``Event.change``): the transition event of
+    docs/api.md, marked as written by sagaboard's own engine (``"store"``: a replay reads
+    it as the engine wrote it, not as agent input), plus, for a step this change created,
+    how its undo runs."""
+    data = change_to_event(change)
+    data["store"] = "sagaboard"
+    if undo is not None:
+        data["undo"] = undo
+    return json.dumps(data, ensure_ascii=False, allow_nan=False, sort_keys=True)
+
+
+def copy_step(
+    row: Step, s: StepSnapshot, *, driver: str, undo: dict[str, Any] | None = None
+) -> None:
     row.position = s.position
     row.tool_name = s.tool_name
     row.state = s.state.value
@@ -204,8 +231,11 @@ def copy_step(row: Step, s: StepSnapshot, *, driver: str) -> None:
     row.decision_note = s.decision_note
     row.decided_by = s.decided_by
     row.metadata = dict(s.metadata)
-    if not row.undo:
-        row.undo = {"kind": "client"} if driver == Saga.Driver.CLIENT else {}
+    if not row.undo:  # set when the step is created, never changed (no event carries it)
+        if undo is not None:
+            row.undo = undo
+        else:
+            row.undo = {"kind": "client"} if driver == Saga.Driver.CLIENT else {}
 
 
 def new_attempts(step_pk: int, s: StepSnapshot, known: set[int]) -> list[CompensationAttempt]:

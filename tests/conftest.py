@@ -7,6 +7,7 @@ different folders may share a name. Django settings come from `sagaboard.setting
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,3 +30,21 @@ def _rate_limit_counts_start_at_zero() -> None:
 
     if isinstance(caches["default"], LocMemCache):
         caches["default"].clear()
+
+
+@pytest.fixture
+def record_verified(request: pytest.FixtureRequest) -> Any:
+    """After the test, every saga's event log replays to exactly its stored record
+    (``manage.py sagaboard_verify``'s check): used by the modules that ingest events.
+
+    A test that rewrites stored fields behind the log on purpose (to set up a changed
+    undo plan) names them with ``@pytest.mark.record_rewritten("step.undo")``: those
+    differences are expected, any other still fails it."""
+    yield
+    from sagaboard.verify import verify  # here, as above: the Django-free suites share this file
+
+    marker = request.node.get_closest_marker("record_rewritten")
+    allowed = set(marker.args) if marker is not None else set()
+    report = verify()
+    wrong = [d for d in report.differences if d.field not in allowed]
+    assert not wrong, "the record differs from its event log:\n" + "\n".join(map(str, wrong))

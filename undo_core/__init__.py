@@ -19,6 +19,7 @@ from .clock import Clock, SystemClock
 from .declarative import RunResult, SagaDefinition, SagaStep, define_saga
 from .engine import CompensationFailureMode, Listener
 from .errors import (
+    ChangeRefused,
     GateError,
     LeaseError,
     SagaClosedError,
@@ -66,6 +67,7 @@ from .records import (
 )
 from .recovery import RecoveryResult, arecover, attach, recover
 from .reports import RollbackReport
+from .rules import StepView, check_change, is_unsettled, replay
 from .saga import AsyncSaga, Saga
 from .sqlite_store import SQLiteStore
 from .states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepState
@@ -87,6 +89,7 @@ __all__ = [
     "AuditRecord",
     "AuditSink",
     "AutoApproveGate",
+    "ChangeRefused",
     "Clock",
     "CompensationAttempt",
     "CompensationFailureMode",
@@ -129,6 +132,7 @@ __all__ = [
     "StepSnapshot",
     "StepState",
     "StepTimeoutError",
+    "StepView",
     "StoreError",
     "SystemClock",
     "Tool",
@@ -143,9 +147,12 @@ __all__ = [
     "assess_rollback",
     "attach",
     "audit_listener",
+    "check_change",
     "define_saga",
     "define_tool",
+    "is_unsettled",
     "recover",
+    "replay",
     "status_text",
     "waiting_text",
     "wrap_tools",

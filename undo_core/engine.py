@@ -52,6 +52,7 @@ from .records import (
     StepSnapshot,
 )
 from .reports import RollbackReport, rollback_message
+from .rules import check_change, is_unsettled
 from .states import (
     SETTLED_STEP_STATES,
     SagaStatus,
@@ -69,16 +70,6 @@ log = logging.getLogger("undo_core")
 
 CompensationFailureMode = Literal["continue", "halt"]
 Listener = Callable[[SagaEvent], None]
-
-# States in which a step still carries a side effect that nobody has settled.
-_UNSETTLED = frozenset(
-    {
-        StepState.ROLLBACK_FAILED,
-        StepState.IN_DOUBT,
-        StepState.AWAITING_APPROVAL,
-        StepState.COMPENSATING,
-    }
-)
 
 
 class StepRowOutcome:
@@ -255,23 +246,27 @@ class SagaCore:
             raise StepNotFoundError(f"saga {self.name!r} has no step {step_id!r}") from None
 
     def _unsettled(self, step: StepRow) -> bool:
-        if step.state in _UNSETTLED:
-            return True
-        return (
-            step.state is StepState.COMPLETED
-            and step.has_undo
-            and self.status
-            in (
-                SagaStatus.ROLLBACK_FAILED,
-                SagaStatus.COMPENSATING,
-            )
-        )
+        return is_unsettled(step.state, step.has_undo, self.status)
 
     # ------------------------------------------------------------ transitions
 
-    def _commit(self, record: SagaRecord, step: StepRow | None, event: SagaEvent) -> None:
+    def _commit(
+        self,
+        record: SagaRecord,
+        step: StepRow | None,
+        event: SagaEvent,
+        before: StepSnapshot | None = None,
+    ) -> None:
+        """Store one change, after the rules every store enforces (``undo_core.rules``).
+
+        ``before``: the step as it was stored (``None`` for a new step). The engine's
+        own moves pass the same rules as any change a server receives, so the two
+        cannot drift apart: a refusal here is a bug in the engine, and stops it.
+        """
         snap = step.snapshot() if step is not None else None
-        self._store.apply(make(SagaChange, (record, snap, event)))
+        change = make(SagaChange, (record, snap, event))
+        check_change(self._record if self._started else None, before, change, steps=self._steps)
+        self._store.apply(change)
         if not self._listeners:
             return
         for listener in list(self._listeners):
@@ -362,6 +357,7 @@ class SagaCore:
         check_step_transition(step.state, state, step_id=step.id)
         previous = {name: getattr(step, name) for name in fields} if fields else None
         before, before_completed = step.state, step.completed_at
+        stored = step.snapshot()
         record = self._next_record()
         now = record.updated_at
         step.state, step.updated_at = state, now
@@ -371,7 +367,7 @@ class SagaCore:
             setattr(step, name, value)
         event = self._event(record, EventKind.STEP, state, before, step, actor=actor, detail=detail)
         try:
-            self._commit(record, step, event)
+            self._commit(record, step, event, stored)
         except StoreError as err:
             if not (happened or step.unpersisted):
                 step.state, step.completed_at = before, before_completed
@@ -387,6 +383,7 @@ class SagaCore:
 
     def _attempt_event(self, step: StepRow, attempt: CompensationAttempt) -> None:
         """Record a failed undo attempt that will be retried (the step stays COMPENSATING)."""
+        stored = step.snapshot()
         step.attempts = (*step.attempts, attempt)
         record = self._next_record()
         event = self._event(
@@ -399,7 +396,7 @@ class SagaCore:
             detail=attempt.error,
         )
         try:
-            self._commit(record, step, event)
+            self._commit(record, step, event, stored)
         except StoreError as err:
             self._pending_store_error = self._pending_store_error or err
         self._record = record

@@ -6,7 +6,8 @@ The tree::
     ├── ToolDefinitionError        (also ValueError)   a tool or step defined wrongly
     ├── SagaDefinitionError        (also ValueError)   a declarative saga defined wrongly
     ├── TransitionError            (also RuntimeError) a move the state table forbids
-    │   └── SagaClosedError                            forward work on an ended saga
+    │   ├── SagaClosedError                            forward work on an ended saga
+    │   └── ChangeRefused                              a stored change the record's rules forbid
     ├── StepNotFoundError          (also KeyError)     no step with that id
     ├── SagaNotFoundError          (also KeyError)     no saga with that id in the store
     ├── SagaRollbackError                              a step failed and rollback ran
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "ChangeRefused",
     "GateError",
     "LeaseError",
     "SagaClosedError",
@@ -66,6 +68,24 @@ class TransitionError(UndoCoreError, RuntimeError):
 
 class SagaClosedError(TransitionError):
     """The saga has ended and refuses new steps; the tool was not called."""
+
+
+class ChangeRefused(TransitionError):
+    """A change to a saga's record that :func:`undo_core.check_change` refuses; nothing changed.
+
+    ``rule`` names the rule broken (``illegal_transition``, ``fixed_field``,
+    ``stale_event``, ``unknown_step``, ``limit_exceeded``...) and ``field`` the part of
+    the change at fault, in the wire format's names (``step.tool_name``,
+    ``event.from_state``): a server can answer with both, and a person can act on them.
+    """
+
+    def __init__(self, rule: str, field: str, message: str) -> None:
+        RuntimeError.__init__(self, message)
+        self.rule, self.field = rule, field
+        self.subject, self.current, self.requested = field, "", ""
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles (multiprocessing) with its names
+        return (type(self), (self.rule, self.field, str(self)))
 
 
 class StepNotFoundError(UndoCoreError, KeyError):

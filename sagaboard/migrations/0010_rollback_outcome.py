@@ -43,7 +43,7 @@ def backfill(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sagaboard", "0008_server_clock"),
+        ("sagaboard", "0009_event_change"),
     ]
 
     operations = [

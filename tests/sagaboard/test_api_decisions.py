@@ -21,7 +21,7 @@ from sagaboard.roles import roles_sync
 from sagaboard.tokens import token_create
 from sagaboard.undo_kinds import plan_for, plan_hash
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from django.test import Client
 from sagaboard.models import Event, Project, Saga, Step
 from sagaboard.tokens import token_create, token_revoke
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 
 
 @pytest.fixture

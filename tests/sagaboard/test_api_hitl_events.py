@@ -10,7 +10,7 @@ from sagaboard import approvals, runner
 from sagaboard.models import Approval, Project
 from sagaboard.tokens import token_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 
 
 def test_a_decision_is_in_the_saga_event_log_without_an_engine_seq() -> None:

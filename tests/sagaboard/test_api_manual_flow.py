@@ -11,7 +11,7 @@ from django.test import Client
 from sagaboard.models import ApiRequest, AuditEntry, Event, Project, Saga
 from sagaboard.tokens import token_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 
 
 @pytest.fixture

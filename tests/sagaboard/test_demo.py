@@ -7,7 +7,7 @@ from django.core.management import CommandError, call_command
 
 from sagaboard.models import Approval, Saga, Step
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 
 
 def test_demo_sagas_cover_every_outcome_an_operator_meets(settings) -> None:  # type: ignore[no-untyped-def]

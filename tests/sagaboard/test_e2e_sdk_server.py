@@ -9,6 +9,8 @@ Everything is checked through the public API, as a user of the dashboard would.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks.live import Server, prepare, temp_database
+from benchmarks.live import ROOT, Server, prepare, temp_database
 from undo_core import Saga, SagaRollbackError, define_tool
 from undo_core.remote import SagaboardClient, SagaboardStore
 
@@ -32,6 +34,12 @@ def server(tmp_path: Path) -> Iterator[tuple[Server, str]]:
         token = prepare(url)
         with Server(url) as srv:
             yield srv, token
+        # What the SDK sent replays from the event log to exactly the stored record.
+        verified = subprocess.run(
+            [sys.executable, "manage.py", "sagaboard_verify"], cwd=ROOT, capture_output=True,
+            text=True, timeout=120, env={**os.environ, "DATABASE_URL": url},
+        )  # fmt: skip
+        assert verified.returncode == 0, verified.stdout[-4000:] + verified.stderr[-4000:]
 
 
 def storebot_tools(undo_log: list[str]) -> tuple[Any, Any, Any]:

@@ -48,7 +48,11 @@ from sagaboard.roles import roles_sync
 from sagaboard.undo_kinds import compensation
 from undo_core import LeaseError, UndoContext
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("record_verified"),
+    pytest.mark.record_rewritten("step.undo"),  # stuck(), running_undo(): another handler
+]
 
 HANDLER = "hitltest.counted_undo"
 WAIT = 30.0  # every wait in this module is bounded by this many seconds

@@ -17,7 +17,7 @@ from sagaboard.models import Event, Project, Step
 from sagaboard.schemas import EventBatchIn
 from sagaboard.tokens import token_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 
 
 @pytest.fixture

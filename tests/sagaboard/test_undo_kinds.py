@@ -15,7 +15,7 @@ from sagaboard import approvals, queues, runner
 from sagaboard.models import Approval, Event, Project, Saga, Step
 from sagaboard.undo_kinds import COMMAND_ENV, plan_for, plan_hash
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 
 
 @pytest.fixture

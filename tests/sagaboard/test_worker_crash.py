@@ -271,6 +271,9 @@ def test_a_worker_killed_mid_undo_is_finished_by_the_next_worker_with_the_same_k
         assert [s for s, _ in done] == ["step-2", "step-1"]
         for step_id, at in done:
             assert at.timestamp() >= exits[(b.pid, step_id)] - 0.001, (step_id, at, exits)
+        # A worker killed mid-undo leaves nothing in the record that its log does not replay.
+        verified = manage(url, "sagaboard_verify", settings="crash_settings")
+        assert verified.endswith("event(s) replayed: 0 difference(s)"), verified
 
 
 # ---------------------------------------------------------------- a dead worker's lease

@@ -28,7 +28,7 @@ from sagaboard.text_policy import visible
 from sagaboard.tokens import token_create
 from undo_core import Saga, define_tool
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 
 IDS = [
     "orders/2026/42",  # a path-like id

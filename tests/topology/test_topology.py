@@ -474,6 +474,14 @@ def test_two_web_processes_two_workers_200_sagas_a_worker_killed_mid_undo(
         tab.wait_for(wanted, ARRIVAL_SECONDS)
         phases["delivered"] = time.monotonic() - began
         calls = _calls(calls_dir)
+        # 0. every saga (the demo's, the mirrored and the server-run ones, a worker killed
+        # mid-undo) replays from its event log to exactly its stored record
+        verified = subprocess.run(
+            [sys.executable, "manage.py", "sagaboard_verify"], cwd=ROOT, capture_output=True,
+            text=True, timeout=300, env={**os.environ, "DATABASE_URL": url},
+        )  # fmt: skip
+        assert verified.returncode == 0, verified.stdout[-4000:] + verified.stderr[-4000:]
+        phases["verified"] = time.monotonic() - began
 
     phases["stopped"] = time.monotonic() - began
     print(
