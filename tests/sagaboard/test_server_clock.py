@@ -395,7 +395,11 @@ async def test_a_row_pushed_live_carries_the_warning_too() -> None:
         comm = WebsocketCommunicator(
             application,
             f"/ws/sagas/?list=1&after={after}",
-            headers=[(b"origin", b"http://localhost"), (b"cookie", f"sessionid={cookie}".encode())],
+            headers=[
+                (b"origin", b"http://localhost"),
+                (b"host", b"localhost"),
+                (b"cookie", f"sessionid={cookie}".encode()),
+            ],
         )
         connected, _ = await comm.connect()
         assert connected
