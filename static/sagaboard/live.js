@@ -22,9 +22,14 @@ document.addEventListener("htmx:oobAfterSwap", function () {
 // the project or the role). The page on screen is then out of date and may show what the
 // user can no longer see: reload it once (to the login page, or to what they may see
 // now), and say so instead if a reload just happened for the same reason (no loop).
+// A page already on its way elsewhere (the "Log out" button of this very tab) is left to
+// go there: a reload would race the navigation and land on the login page with a ?next=.
+var leaving = false;
+window.addEventListener("beforeunload", function () { leaving = true; });
 document.addEventListener("htmx:wsClose", function (evt) {
   var code = evt.detail && evt.detail.event && evt.detail.event.code;
   if (code !== 4401 && code !== 4403) return;
+  if (leaving) return;
   var key = "sagaboard.live-closed." + code;
   var last = parseInt(window.sessionStorage.getItem(key) || "0", 10);
   document.querySelectorAll(".live").forEach(function (el) { el.textContent = "not live"; });

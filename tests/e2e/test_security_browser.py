@@ -528,10 +528,17 @@ def test_a_page_left_open_across_a_new_login_says_why_its_action_was_refused(
     site: Site, root: Person
 ) -> None:
     """Logging in again rotates the CSRF token: a page from before posts a stale one. The
-    htmx post is refused (403) and the page says so and what to do; no CSP violation."""
+    htmx post is refused (403) and the page says so and what to do; no CSP violation.
+
+    A live page whose session ends reloads itself once (to the login page); this one
+    reloaded for that reason moments ago, so it stays as it is (no reload loop) and says
+    its live updates stopped: it is the stale page an operator may still act on."""
     from playwright.sync_api import expect
 
     stale = root.tab("/approvals/")
+    stale.page.evaluate(
+        "window.sessionStorage.setItem('sagaboard.live-closed.4401', String(Date.now()))"
+    )
     stale.mark()
     other = root.tab("/")
     other.page.get_by_role("button", name="Log out").click()
@@ -540,6 +547,7 @@ def test_a_page_left_open_across_a_new_login_says_why_its_action_was_refused(
     other.page.fill("input[name=password]", PASSWORD)
     other.page.click("button[type=submit]")
     other.page.wait_for_selector("#saga-rows")
+    expect(stale.page.locator("#flash")).to_contain_text("you are no longer logged in")
 
     stale.page.locator("#bulk-reason").fill("anything")
     stale.page.get_by_role("button", name="Approve selected").click()
