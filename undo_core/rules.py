@@ -293,6 +293,27 @@ def _saga_event(
             )  # fmt: skip
 
 
+def _carried_step(snap: StepSnapshot | None, event: SagaEvent, missing: str) -> StepSnapshot:
+    """The step an event carries, in the state the event says it moves to."""
+    if snap is None:
+        raise _refuse("validation_error", "step", missing)
+    if event.to_state != snap.state:
+        raise _refuse("validation_error", "event.to_state", "event.to_state must equal step.state")
+    return snap
+
+
+def _moved_step(step: StepSnapshot | None, snap: StepSnapshot, event: SagaEvent) -> StepSnapshot:
+    """The stored step an event moves, which must be in the state the event moves it from."""
+    if step is None:
+        raise _refuse("unknown_step", "step.id", f"step {snap.id!r} is unknown")
+    if event.from_state != step.state:
+        raise _refuse(
+            "illegal_transition", "event.from_state", f"step {snap.id!r} is {step.state}, "
+            f"not {event.from_state}",
+        )  # fmt: skip
+    return step
+
+
 def _step_event(
     saga: SagaRecord,
     step: StepSnapshot | None,
@@ -301,20 +322,11 @@ def _step_event(
     steps: Collection[StepView],
     max_steps: int | None,
 ) -> None:
-    if snap is None:
-        raise _refuse("validation_error", "step", "a step event needs its step")
-    if event.to_state != snap.state:
-        raise _refuse("validation_error", "event.to_state", "event.to_state must equal step.state")
+    snap = _carried_step(snap, event, "a step event needs its step")
     if event.from_state is None:
         _new_step(saga, step, snap, steps, max_steps)
         return
-    if step is None:
-        raise _refuse("unknown_step", "step.id", f"step {snap.id!r} is unknown")
-    if event.from_state != step.state:
-        raise _refuse(
-            "illegal_transition", "event.from_state", f"step {snap.id!r} is {step.state}, "
-            f"not {event.from_state}",
-        )  # fmt: skip
+    step = _moved_step(step, snap, event)
     if snap.state not in STEP_TRANSITIONS[step.state]:  # the table (its error, its words)
         check_step_transition(step.state, snap.state, step_id=snap.id)
     if step.state == StepState.PENDING:
@@ -411,17 +423,8 @@ def _check_attempts(step: StepSnapshot, snap: StepSnapshot, *, appending: bool) 
 def _attempt_event(
     saga: SagaRecord, step: StepSnapshot | None, snap: StepSnapshot | None, event: SagaEvent
 ) -> None:
-    if snap is None:
-        raise _refuse("validation_error", "step", "an attempt event needs its step")
-    if event.to_state != snap.state:
-        raise _refuse("validation_error", "event.to_state", "event.to_state must equal step.state")
-    if step is None:
-        raise _refuse("unknown_step", "step.id", f"step {snap.id!r} is unknown")
-    if event.from_state != step.state:
-        raise _refuse(
-            "illegal_transition", "event.from_state", f"step {snap.id!r} is {step.state}, "
-            f"not {event.from_state}",
-        )  # fmt: skip
+    snap = _carried_step(snap, event, "an attempt event needs its step")
+    step = _moved_step(step, snap, event)
     if step.state != StepState.COMPENSATING or saga.status not in _UNDOING:
         raise _refuse(
             "illegal_transition", "step.state", f"step {snap.id!r} is {step.state} in a "

@@ -7,10 +7,11 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
+from django.test import Client
 
-from sagaboard import sagas
+from sagaboard import runner, sagas
 from sagaboard.demo import storebot_server_saga
-from sagaboard.models import Project, Saga, Step
+from sagaboard.models import Approval, Project, Saga, Step
 from sagaboard.roles import roles_sync
 
 __all__ = ["one_step_saga", "person", "states", "storebot_server_saga"]
@@ -49,3 +50,17 @@ def one_step_saga(project: Project, undo: dict[str, Any], saga_id: str = "k-1") 
         project=project, event_id=eid(), saga_id=saga_id, reason="test", actor=None
     )
     return Saga.objects.get(project=project, saga_id=saga_id)
+
+
+def login(role: str, shop: Project, name: str | None = None) -> Client:
+    """A client logged in as a new person with ``role`` in ``shop``."""
+    client = Client()
+    client.force_login(person(name or f"{role}-1", role, shop))
+    return client
+
+
+def waiting(shop: Project, saga_id: str = "s-1") -> Approval:
+    """A server-run StoreBot saga rolled back up to its first approval, which is returned."""
+    saga = storebot_server_saga(shop, saga_id)
+    runner.rollback_continue(saga.pk)
+    return Approval.objects.get(saga=saga, status="PENDING")

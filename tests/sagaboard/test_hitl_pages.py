@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from hitl import person, storebot_server_saga
+from hitl import login, storebot_server_saga, waiting
 
 from sagaboard import runner
 from sagaboard.models import Approval, ApprovalPolicy, AuditEntry, Project, Saga, Step
@@ -24,18 +23,6 @@ XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 @pytest.fixture
 def shop() -> Project:
     return Project.objects.create(slug="shop", name="Shop")
-
-
-def login(role: str, shop: Project, name: str | None = None) -> Client:
-    client = Client()
-    client.force_login(person(name or f"{role}-1", role, shop))
-    return client
-
-
-def waiting(shop: Project, saga_id: str = "s-1") -> Approval:
-    saga = storebot_server_saga(shop, saga_id)
-    runner.rollback_continue(saga.pk)
-    return Approval.objects.get(saga=saga, status="PENDING")
 
 
 def failing(shop: Project, saga_id: str = "f-1") -> Step:

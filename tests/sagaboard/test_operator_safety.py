@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from hitl import person, storebot_server_saga
+from hitl import login, person, storebot_server_saga, waiting
 
 from sagaboard import consumers, runner, tasks, tokens
 from sagaboard.models import Approval, AuditEntry, Project, Saga, Step
@@ -32,18 +32,6 @@ TRICKY = {
 @pytest.fixture
 def shop() -> Project:
     return Project.objects.create(slug="shop", name="Shop")
-
-
-def login(role: str, shop: Project, name: str | None = None) -> Client:
-    client = Client()
-    client.force_login(person(name or f"{role}-1", role, shop))
-    return client
-
-
-def waiting(shop: Project, saga_id: str = "s-1") -> Approval:
-    saga = storebot_server_saga(shop, saga_id)
-    runner.rollback_continue(saga.pk)
-    return Approval.objects.get(saga=saga, status="PENDING")
 
 
 def failing(shop: Project, saga_id: str = "f-1", fails: int = 5) -> Step:
