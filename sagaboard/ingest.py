@@ -498,7 +498,8 @@ def _stored_step(row: Any, attempts: Sequence[AttemptRecord]) -> StepSnapshot:
     )
 
 
-def _attempt(a: CompensationAttempt) -> AttemptRecord:
+def _attempt(a: Any) -> AttemptRecord:
+    """An attempt as undo_core records it, from a stored row or an event's attempt."""
     return AttemptRecord(
         a.number,
         a.started_at,
@@ -543,17 +544,7 @@ def change_of(event: TransitionIn) -> SagaChange:
             created_at=st.created_at,
             updated_at=st.updated_at,
             completed_at=st.completed_at,
-            compensation_attempts=tuple(
-                AttemptRecord(
-                    a.number,
-                    a.started_at,
-                    a.finished_at,
-                    AttemptOutcome(a.outcome) if a.outcome else None,
-                    a.error,
-                    a.actor,
-                )
-                for a in st.attempts
-            ),
+            compensation_attempts=tuple(_attempt(a) for a in st.attempts),
             decision_note=st.decision_note,
             decided_by=st.decided_by,
             metadata=st.metadata,
