@@ -16,11 +16,14 @@ class SagaboardConfig(AppConfig):
         from django.db.models.signals import m2m_changed, post_delete, post_save
 
         from sagaboard import live_access
+        from sagaboard.local_files import prepare_folders
         from sagaboard.login_guard import login_failed, login_succeeded
         from sagaboard.models import Project
         from sagaboard.rate_limits import parse_rate
         from sagaboard.sqlite_wal import keep_wal_open
 
+        # The embedded default's folders (SQLite, static, broker): made here, not at import.
+        prepare_folders(settings)
         # A mistyped rate fails at start-up, not on the first failed login.
         for name in RATE_SETTINGS:
             try:

@@ -1,11 +1,14 @@
 """Settings for sagaboard: one module, configured through environment variables.
 
-Every variable is listed in the README ("Configuration") and in .env.example.
+Every variable is listed in the README ("Configuration") and in .env.example. Each is
+read through sagaboard/env.py, so a bad value stops the start naming the variable.
+Importing this module writes nothing (sagaboard/local_files.py makes var/ when needed).
 
 Environment (the main ones):
     SAGABOARD_DEBUG          "0" (default) or "1" (`make run` sets it).
     SAGABOARD_SECRET_KEY     set it in production (the same on every host); without it a
-                             random key is made once and kept in var/secret-key.
+                             random key is made on first use and kept in var/secret-key.
+    SAGABOARD_VAR_DIR        the embedded default's folder (default: var/ in the checkout).
     SAGABOARD_ALLOWED_HOSTS  comma-separated; defaults to localhost names.
     SAGABOARD_HTTPS          "1" behind HTTPS: secure cookies, HSTS, redirect to https.
     DATABASE_URL             any dj-database-url URL; defaults to SQLite in var/.
@@ -22,76 +25,59 @@ Environment (the main ones):
 """
 
 import importlib.util
-import os
-import secrets
+from functools import partial
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
+from django.utils.functional import lazy
+
+from sagaboard.env import (
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_seconds,
+    env_str,
+)
+from sagaboard.local_files import local_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
+# The embedded default's files (the SQLite database, the generated secret key, the
+# filesystem broker, collected static files). Nothing is written when this module is
+# imported: sagaboard/local_files.py makes them when a process first needs them.
+VAR_DIR = Path(env_str("SAGABOARD_VAR_DIR") or BASE_DIR / "var")
 
-def _env_bool(name: str, default: str) -> bool:
-    return os.environ.get(name, default).strip().lower() in {"1", "true", "yes", "on"}
+DEBUG = env_bool("SAGABOARD_DEBUG", False)
 
-
-def _env_list(name: str, default: str = "") -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
-
-
-def _env_seconds(name: str, default: str) -> float:
-    """A number of seconds, 0 or more (unset or empty: ``default``); anything else stops the
-    start with an error naming the variable, rather than a bare ValueError."""
-    raw = os.environ.get(name, "").strip() or default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise ImproperlyConfigured(f"{name} must be a number of seconds (0 or more), not {raw!r}.")
-    return value
-
-
-VAR_DIR = BASE_DIR / "var"
-
-
-def _local_secret_key() -> str:
-    """A random key made once for this checkout (var/secret-key, readable by its owner only).
-
-    For one host; several hosts must share SAGABOARD_SECRET_KEY, or their sessions and
-    signed values would not be understood by each other.
-    """
-    path = VAR_DIR / "secret-key"
-    if not path.exists():
-        VAR_DIR.mkdir(exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(secrets.token_urlsafe(50))
-    return path.read_text().strip()
-
-
-DEBUG = _env_bool("SAGABOARD_DEBUG", "0")
-
-SECRET_KEY = os.environ.get("SAGABOARD_SECRET_KEY", "").strip() or _local_secret_key()
-if len(SECRET_KEY) < 32:
+SECRET_KEY = env_str("SAGABOARD_SECRET_KEY")
+if SECRET_KEY and len(SECRET_KEY) < 32:
     raise ImproperlyConfigured("SAGABOARD_SECRET_KEY must be at least 32 random characters.")
+if not SECRET_KEY:
+    # var/secret-key, read (or made) on first use, not at import.
+    SECRET_KEY = lazy(partial(local_secret_key, VAR_DIR), str)()
 
-ALLOWED_HOSTS = _env_list("SAGABOARD_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
-CSRF_TRUSTED_ORIGINS = _env_list("SAGABOARD_CSRF_TRUSTED_ORIGINS")
+ALLOWED_HOSTS = env_list("SAGABOARD_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("SAGABOARD_CSRF_TRUSTED_ORIGINS")
 
 # Behind HTTPS (a proxy that terminates TLS sets X-Forwarded-Proto): everything secure,
 # and the live feed accepts only https:// pages (sagaboard/live_access.py).
-SAGABOARD_HTTPS = _env_bool("SAGABOARD_HTTPS", "0")
+SAGABOARD_HTTPS = env_bool("SAGABOARD_HTTPS", False)
+# Read whether or not HTTPS is on, so a bad value is refused before the day it is used.
+_HSTS = (
+    env_int("SAGABOARD_HSTS_SECONDS", 31536000, minimum=0),
+    env_bool("SAGABOARD_HSTS_SUBDOMAINS", True),
+    env_bool("SAGABOARD_HSTS_PRELOAD", True),
+)
 if SAGABOARD_HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = True
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]  # probes speak plain HTTP
     SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
-    SECURE_HSTS_SECONDS = int(os.environ.get("SAGABOARD_HSTS_SECONDS", "31536000"))
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SAGABOARD_HSTS_SUBDOMAINS", "1")
-    SECURE_HSTS_PRELOAD = _env_bool("SAGABOARD_HSTS_PRELOAD", "1")
+    SECURE_HSTS_SECONDS, SECURE_HSTS_INCLUDE_SUBDOMAINS, SECURE_HSTS_PRELOAD = _HSTS
 SESSION_COOKIE_HTTPONLY = True
 # Lax, not Strict: a link from a notification (Slack, mail) must open the page logged in;
 # every state change is a POST, which Lax keeps off cross-site requests.
@@ -170,17 +156,17 @@ TEMPLATES = [
 WSGI_APPLICATION = "sagaboard.wsgi.application"
 ASGI_APPLICATION = "sagaboard.asgi.application"
 
-# Database: DATABASE_URL wins; otherwise SQLite under var/ (created on demand).
-DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
+# Database: DATABASE_URL wins; otherwise SQLite under var/ (its folder made at start-up).
+DATABASE_URL = env_str("DATABASE_URL")
 if not DATABASE_URL:
-    VAR_DIR.mkdir(exist_ok=True)
     DATABASE_URL = f"sqlite:///{VAR_DIR / 'sagaboard.sqlite3'}"
+_DB_POOL = env_bool("SAGABOARD_DB_POOL", True)  # PostgreSQL only; read (and checked) always
 DATABASES = {
     "default": dj_database_url.parse(DATABASE_URL, conn_max_age=0),
 }
 if (
     DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
-    and _env_bool("SAGABOARD_DB_POOL", "1")
+    and _DB_POOL
     and importlib.util.find_spec("psycopg_pool") is not None
 ):
     # A connection pool per process: opening a connection per request (under ASGI each
@@ -201,24 +187,23 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # Tests use a file too: an in-memory database shared between threads locks whole
     # tables and ignores the timeout, which is not how the product runs.
-    VAR_DIR.mkdir(exist_ok=True)
     # SAGABOARD_TEST_SQLITE: another file, for test runs side by side in one checkout.
     DATABASES["default"]["TEST"] = {
-        "NAME": os.environ.get("SAGABOARD_TEST_SQLITE") or str(VAR_DIR / "test-sagaboard.sqlite3")
+        "NAME": env_str("SAGABOARD_TEST_SQLITE") or str(VAR_DIR / "test-sagaboard.sqlite3")
     }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # API limits (sagaboard/limits.py, README "Limits"): a larger body is refused with 413,
 # anything else over a limit with 422 naming the field; nothing of the request is stored.
-SAGABOARD_API_MAX_BODY = int(os.environ.get("SAGABOARD_API_MAX_BODY", 1024 * 1024))
-SAGABOARD_API_MAX_BATCH = int(os.environ.get("SAGABOARD_API_MAX_BATCH", 1000))
+SAGABOARD_API_MAX_BODY = env_int("SAGABOARD_API_MAX_BODY", 1024 * 1024, minimum=1)
+SAGABOARD_API_MAX_BATCH = env_int("SAGABOARD_API_MAX_BATCH", 1000, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = SAGABOARD_API_MAX_BODY
-SAGABOARD_MAX_JSON_DEPTH = int(os.environ.get("SAGABOARD_MAX_JSON_DEPTH", 32))
+SAGABOARD_MAX_JSON_DEPTH = env_int("SAGABOARD_MAX_JSON_DEPTH", 32, minimum=1)
 # Stored values (an input, an output, an error...) in characters; by default as large as a
 # body can be, so checking it costs nothing until it is set lower.
-SAGABOARD_MAX_VALUE_SIZE = int(os.environ.get("SAGABOARD_MAX_VALUE_SIZE", SAGABOARD_API_MAX_BODY))
-SAGABOARD_MAX_STEPS = int(os.environ.get("SAGABOARD_MAX_STEPS", 1000))
+SAGABOARD_MAX_VALUE_SIZE = env_int("SAGABOARD_MAX_VALUE_SIZE", SAGABOARD_API_MAX_BODY, minimum=1)
+SAGABOARD_MAX_STEPS = env_int("SAGABOARD_MAX_STEPS", 1000, minimum=1)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -235,15 +220,19 @@ USE_TZ = True
 # Live updates: each web process polls the event log this often and relays new events
 # to its browsers through the channel layer. With REDIS_URL, one web process at a time
 # holds the relay lease and publishes through Redis to every web process.
-SAGABOARD_LIVE_POLL_SECONDS = float(os.environ.get("SAGABOARD_LIVE_POLL_SECONDS", "0.025"))
+SAGABOARD_LIVE_POLL_SECONDS = env_float(
+    "SAGABOARD_LIVE_POLL_SECONDS", 0.025, minimum=0.001, what="a number of seconds"
+)
 # The backstop for revocations the app does not see (a session deleted in the database, an
 # expiry, SQL by hand): every open websocket's session and user are checked this often.
 # Changes made through the app (logout, admin edits, membership, roles) are pushed at once.
-SAGABOARD_LIVE_RECHECK_SECONDS = float(os.environ.get("SAGABOARD_LIVE_RECHECK_SECONDS", "5"))
-REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+SAGABOARD_LIVE_RECHECK_SECONDS = env_float(
+    "SAGABOARD_LIVE_RECHECK_SECONDS", 5.0, minimum=0.001, what="a number of seconds"
+)
+REDIS_URL = env_str("REDIS_URL")
 # Names in Redis start with this: two sagaboards on one Redis must not share it (pub/sub
 # channels ignore Redis's database number).
-SAGABOARD_REDIS_PREFIX = os.environ.get("SAGABOARD_REDIS_PREFIX", "sagaboard").strip()
+SAGABOARD_REDIS_PREFIX = env_str("SAGABOARD_REDIS_PREFIX", "sagaboard")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -272,10 +261,10 @@ if REDIS_URL:
 # Rate limits (sagaboard/rate_limits.py): COUNT/PERIOD (s, m, h, d), or "off".
 # Failed logins per username and IP, and per IP whatever the username; failed API token
 # checks per IP; tokens minted per user. Over a limit: 429 with Retry-After.
-SAGABOARD_LOGIN_RATE = os.environ.get("SAGABOARD_LOGIN_RATE", "5/15m")
-SAGABOARD_LOGIN_IP_RATE = os.environ.get("SAGABOARD_LOGIN_IP_RATE", "30/15m")
-SAGABOARD_API_AUTH_RATE = os.environ.get("SAGABOARD_API_AUTH_RATE", "30/1m")
-SAGABOARD_TOKEN_MINT_RATE = os.environ.get("SAGABOARD_TOKEN_MINT_RATE", "20/1h")
+SAGABOARD_LOGIN_RATE = env_str("SAGABOARD_LOGIN_RATE", "5/15m")
+SAGABOARD_LOGIN_IP_RATE = env_str("SAGABOARD_LOGIN_IP_RATE", "30/15m")
+SAGABOARD_API_AUTH_RATE = env_str("SAGABOARD_API_AUTH_RATE", "30/1m")
+SAGABOARD_TOKEN_MINT_RATE = env_str("SAGABOARD_TOKEN_MINT_RATE", "20/1h")
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "saga_list"
@@ -283,8 +272,7 @@ LOGOUT_REDIRECT_URL = "login"
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "static"
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise looks there first
+STATIC_ROOT = VAR_DIR / "static"  # made at start-up: whitenoise looks there first
 # whitenoise serves static files from the web processes themselves (no nginx needed):
 # collected and compressed by `manage.py collectstatic` in production, straight from the
 # source folders otherwise.
@@ -295,28 +283,29 @@ STORAGES = {
 }
 
 # Undos sagaboard runs itself (sagaboard/undo_kinds.py) and the workers that run them.
-SAGABOARD_COMPENSATION_MODULES = _env_list(
+SAGABOARD_COMPENSATION_MODULES = env_list(
     "SAGABOARD_COMPENSATION_MODULES", "sagaboard.demo_compensations"
 )
-SAGABOARD_WEBHOOK_SECRET = os.environ.get("SAGABOARD_WEBHOOK_SECRET", "") or SECRET_KEY
-SAGABOARD_ALLOW_COMMAND_UNDOS = _env_bool("SAGABOARD_ALLOW_COMMAND_UNDOS", "0")
-SAGABOARD_UNDO_TIMEOUT_SECONDS = float(os.environ.get("SAGABOARD_UNDO_TIMEOUT_SECONDS", "30"))
+SAGABOARD_WEBHOOK_SECRET = env_str("SAGABOARD_WEBHOOK_SECRET") or SECRET_KEY
+SAGABOARD_ALLOW_COMMAND_UNDOS = env_bool("SAGABOARD_ALLOW_COMMAND_UNDOS", False)
+SAGABOARD_UNDO_TIMEOUT_SECONDS = env_float(
+    "SAGABOARD_UNDO_TIMEOUT_SECONDS", 30.0, minimum=0.001, what="a number of seconds"
+)
 # The working directory of command undos (created, mode 0700): never the project's.
 SAGABOARD_COMMAND_UNDO_CWD = Path(
-    os.environ.get("SAGABOARD_COMMAND_UNDO_CWD", "").strip() or VAR_DIR / "undo-commands"
+    env_str("SAGABOARD_COMMAND_UNDO_CWD") or VAR_DIR / "undo-commands"
 )
 # Outgoing notifications (Slack-compatible JSON, HMAC-signed): approvals created or expired,
 # undos that ended ROLLBACK_FAILED. Links in them start with SAGABOARD_BASE_URL.
-SAGABOARD_NOTIFY_URL = os.environ.get("SAGABOARD_NOTIFY_URL", "").strip()
-SAGABOARD_BASE_URL = os.environ.get("SAGABOARD_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+SAGABOARD_NOTIFY_URL = env_str("SAGABOARD_NOTIFY_URL")
+SAGABOARD_BASE_URL = env_str("SAGABOARD_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 
 # Celery: Redis (or any broker URL) in production; with neither, a broker on the local
 # filesystem under var/, so the embedded default needs no server. Tasks are acknowledged
 # after they finish: a worker killed mid-undo has its task delivered again.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "").strip() or REDIS_URL or "filesystem://"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
 if CELERY_BROKER_URL == "filesystem://":
-    _queue_dir = VAR_DIR / "celery-queue"
-    _queue_dir.mkdir(parents=True, exist_ok=True)
+    _queue_dir = VAR_DIR / "celery-queue"  # made at start-up (sagaboard/local_files.py)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue_dir),
         "data_folder_out": str(_queue_dir),
@@ -344,16 +333,23 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_ALWAYS_EAGER = _env_bool("SAGABOARD_TASKS_EAGER", "0")
+CELERY_TASK_ALWAYS_EAGER = env_bool("SAGABOARD_TASKS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
-SAGABOARD_WORKER_LEASE_SECONDS = float(os.environ.get("SAGABOARD_WORKER_LEASE_SECONDS", "60"))
+SAGABOARD_WORKER_LEASE_SECONDS = env_float(
+    "SAGABOARD_WORKER_LEASE_SECONDS", 60.0, minimum=0.001, what="a number of seconds"
+)
 
 # /metrics: open unless a token is set (then "Authorization: Bearer <token>").
-SAGABOARD_METRICS_TOKEN = os.environ.get("SAGABOARD_METRICS_TOKEN", "").strip()
+SAGABOARD_METRICS_TOKEN = env_str("SAGABOARD_METRICS_TOKEN")
 
 # Logs: JSON lines (SAGABOARD_LOG_FORMAT=json, the default when DEBUG is off) or text, to
 # stderr; lines about a saga carry its saga_id and step_id (sagaboard/logs.py).
-SAGABOARD_LOG_FORMAT = os.environ.get("SAGABOARD_LOG_FORMAT", "text" if DEBUG else "json")
+SAGABOARD_LOG_FORMAT = env_choice(
+    "SAGABOARD_LOG_FORMAT", "text" if DEBUG else "json", ("json", "text")
+)
+SAGABOARD_LOG_LEVEL = env_choice(
+    "SAGABOARD_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -371,7 +367,7 @@ LOGGING = {
             "formatter": "json" if SAGABOARD_LOG_FORMAT == "json" else "text",
         }
     },
-    "root": {"handlers": ["stderr"], "level": os.environ.get("SAGABOARD_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["stderr"], "level": SAGABOARD_LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
         # At DEBUG it logs a whole template context (a minted token's page included)
@@ -386,11 +382,9 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = "sagaboard.logs.SecretsReporterFilter"
 # Data retention (sagaboard/retention.py): a daily task deletes finished sagas (COMPLETED,
 # ROLLED_BACK) last changed more than this many days ago; 0 turns it off. Unresolved sagas
 # are never deleted. `manage.py sagaboard_retention` runs it by hand (and can archive).
-SAGABOARD_RETENTION_DAYS = int(os.environ.get("SAGABOARD_RETENTION_DAYS", "90"))
-if SAGABOARD_RETENTION_DAYS < 0:
-    raise ImproperlyConfigured("SAGABOARD_RETENTION_DAYS must be 0 (off) or a number of days.")
+SAGABOARD_RETENTION_DAYS = env_int("SAGABOARD_RETENTION_DAYS", 90, minimum=0)
 
 # Agents' clocks (sagaboard/clock.py): lists, filters, charts, retention and sweeps use the
 # server's own times; an agent's reported time further than this from the server's is
 # shown with a warning.
-SAGABOARD_CLOCK_SKEW = _env_seconds("SAGABOARD_CLOCK_SKEW", "300")
+SAGABOARD_CLOCK_SKEW = env_seconds("SAGABOARD_CLOCK_SKEW", 300.0)

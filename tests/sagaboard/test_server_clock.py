@@ -26,11 +26,11 @@ from django.utils import timezone
 
 from sagaboard import operations, overview, runner, sagas, selectors
 from sagaboard.asgi import application
+from sagaboard.env import env_seconds
 from sagaboard.models import Event, Project, Saga, Step
 from sagaboard.realtime import stop_all
 from sagaboard.retention import retention_run
 from sagaboard.roles import roles_sync
-from sagaboard.settings import _env_seconds
 from sagaboard.storage import DjangoStore
 from sagaboard.tokens import token_create
 from undo_core import Saga as EngineSaga
@@ -466,7 +466,7 @@ def test_the_clock_skew_setting_refuses_what_is_not_seconds(
 ) -> None:
     monkeypatch.setenv("SAGABOARD_CLOCK_SKEW", value)
     with pytest.raises(ImproperlyConfigured, match="SAGABOARD_CLOCK_SKEW"):
-        _env_seconds("SAGABOARD_CLOCK_SKEW", "300")
+        env_seconds("SAGABOARD_CLOCK_SKEW", 300.0)
 
 
 @pytest.mark.parametrize(("value", "seconds"), [(" 12.5 ", 12.5), ("", 300.0), ("0", 0.0)])
@@ -474,4 +474,4 @@ def test_the_clock_skew_setting_takes_seconds_and_defaults_to_five_minutes(
     value: str, seconds: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SAGABOARD_CLOCK_SKEW", value)
-    assert _env_seconds("SAGABOARD_CLOCK_SKEW", "300") == seconds
+    assert env_seconds("SAGABOARD_CLOCK_SKEW", 300.0) == seconds

@@ -212,7 +212,7 @@ def test_the_debug_error_page_hides_secrets_and_connection_passwords(settings: A
     shown = repr(reporter.get_safe_settings()) + repr(reporter.get_safe_request_meta(request))
     for secret in (
         "db-pass-123", "redis-pass-456", "broker-pass-789", WEBHOOK_SECRET,
-        "metrics-token-abc", "top-secret", django_settings.SECRET_KEY,
+        "metrics-token-abc", "top-secret", str(django_settings.SECRET_KEY),
     ):  # fmt: skip
         assert secret not in shown, secret
     assert "db.internal" in shown  # the rest of the URL still helps debugging
