@@ -12,6 +12,7 @@ jsonb would reject ``\\u0000`` and reorder keys).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -20,6 +21,8 @@ from django.utils import timezone
 
 from sagaboard import clock
 from undo_core import (
+    AttemptOutcome,
+    Reversibility,
     RollbackOutcome,
     SagaStatus,
     StepState,
@@ -27,6 +30,46 @@ from undo_core import (
     status_text,
     waiting_text,
 )
+
+
+def one_of(
+    table: str, field: str, values: Iterable[str], *, null: bool = False
+) -> models.CheckConstraint:
+    """The column holds one of ``values`` (or NULL, when ``null``): the database itself
+    refuses anything else, whatever writes it (an ``update()``, SQL by hand, a bug).
+
+    ``values`` come from the enum the code uses (undo_core's, or the model's choices),
+    never from a copy: a new value is a new migration, made by ``makemigrations``.
+    """
+    allowed = models.Q(**{f"{field}__in": [str(value) for value in values]})
+    if null:
+        allowed |= models.Q(**{f"{field}__isnull": True})
+    return models.CheckConstraint(condition=allowed, name=f"{table}_{field}_valid")
+
+
+class SagaDriver(models.TextChoices):
+    CLIENT = "client", "run by the agent (mirrored)"
+    SERVER = "server", "run by sagaboard"
+
+
+class PolicyOnExpiry(models.TextChoices):
+    WAIT = "wait", "escalate and keep waiting"
+    REJECT = "reject", "escalate and reject the undo"
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING = "PENDING"
+    APPROVED = "APPROVED"
+    REJECTED = "REJECTED"
+    EXPIRED = "EXPIRED"
+    """Rejected by its policy's timeout (``on_expiry="reject"``)."""
+    VOID = "VOID"
+    """What would run changed after the approval was asked for: a new one is needed."""
+
+
+class VoteDecision(models.TextChoices):
+    APPROVE = "approve"
+    REJECT = "reject"
 
 
 class JSONTextField(models.TextField):  # type: ignore[type-arg]
@@ -84,9 +127,7 @@ class ApiToken(models.Model):
 class Saga(models.Model):
     """One saga; ``saga_id`` is undo_core's id, unique within its project."""
 
-    class Driver(models.TextChoices):
-        CLIENT = "client", "run by the agent (mirrored)"
-        SERVER = "server", "run by sagaboard"
+    Driver = SagaDriver
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sagas")
     saga_id = models.CharField(max_length=100)
@@ -135,7 +176,11 @@ class Saga(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["project", "saga_id"], name="saga_unique_per_project")
+            models.UniqueConstraint(fields=["project", "saga_id"], name="saga_unique_per_project"),
+            one_of("saga", "status", SagaStatus),
+            one_of("saga", "driver", SagaDriver.values),
+            one_of("saga", "outcome", RollbackOutcome, null=True),
+            one_of("saga", "waiting_for", WaitingFor, null=True),
         ]
         permissions = [
             ("retry_compensation", "Can retry a failed undo"),
@@ -230,7 +275,9 @@ class Step(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["saga", "step_id"], name="step_unique_per_saga")
+            models.UniqueConstraint(fields=["saga", "step_id"], name="step_unique_per_saga"),
+            one_of("step", "state", StepState),
+            one_of("step", "reversibility", Reversibility),
         ]
         indexes = [
             models.Index(fields=["tool_name", "saga"], name="step_tool"),
@@ -253,7 +300,8 @@ class CompensationAttempt(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["step", "number"], name="attempt_unique_per_step")
+            models.UniqueConstraint(fields=["step", "number"], name="attempt_unique_per_step"),
+            one_of("attempt", "outcome", AttemptOutcome, null=True),
         ]
         ordering = ["number"]
 
@@ -349,9 +397,7 @@ class ApprovalPolicy(models.Model):
     created under, so a change applies only to approvals created after it.
     """
 
-    class OnExpiry(models.TextChoices):
-        WAIT = "wait", "escalate and keep waiting"
-        REJECT = "reject", "escalate and reject the undo"
+    OnExpiry = PolicyOnExpiry
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="policies")
     name = models.CharField(max_length=100)
@@ -367,6 +413,7 @@ class ApprovalPolicy(models.Model):
 
     class Meta:
         verbose_name_plural = "approval policies"
+        constraints = [one_of("policy", "on_expiry", PolicyOnExpiry.values)]
         ordering = ["project", "name"]
 
     def __str__(self) -> str:
@@ -376,14 +423,7 @@ class ApprovalPolicy(models.Model):
 class Approval(models.Model):
     """One undo waiting for (or past) a decision, bound to a hash of exactly what will run."""
 
-    class Status(models.TextChoices):
-        PENDING = "PENDING"
-        APPROVED = "APPROVED"
-        REJECTED = "REJECTED"
-        EXPIRED = "EXPIRED"
-        """Rejected by its policy's timeout (``on_expiry="reject"``)."""
-        VOID = "VOID"
-        """What would run changed after the approval was asked for: a new one is needed."""
+    Status = ApprovalStatus
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="approvals")
     saga = models.ForeignKey(Saga, on_delete=models.CASCADE, related_name="approvals")
@@ -411,7 +451,8 @@ class Approval(models.Model):
                 fields=["step"],
                 condition=models.Q(status="PENDING"),
                 name="approval_one_pending_per_step",
-            )
+            ),
+            one_of("approval", "status", ApprovalStatus.values),
         ]
         indexes = [
             models.Index(fields=["project", "status", "created_at"], name="approval_queue"),
@@ -425,9 +466,7 @@ class Approval(models.Model):
 class ApprovalVote(models.Model):
     """One person's approve or reject, with the reason they were required to give."""
 
-    class Decision(models.TextChoices):
-        APPROVE = "approve"
-        REJECT = "reject"
+    Decision = VoteDecision
 
     approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="votes")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
@@ -437,7 +476,8 @@ class ApprovalVote(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["approval", "user"], name="vote_once_per_person")
+            models.UniqueConstraint(fields=["approval", "user"], name="vote_once_per_person"),
+            one_of("vote", "decision", VoteDecision.values),
         ]
         ordering = ["at"]
 

@@ -1,8 +1,28 @@
-"""The four dashboard roles as groups (see sagaboard/roles.py)."""
+"""The four dashboard roles as groups (see sagaboard/roles.py).
+
+The role -> permission table is a frozen copy of sagaboard/roles.py as it was when this
+migration was written: history must not change when the live table does (a later
+migration brings the groups up to date, as 0006 does).
+"""
 
 from django.db import migrations
 
-from sagaboard.roles import ROLES, roles_sync
+ROLES = {
+    "viewer": ["view_saga", "view_step", "view_event", "view_compensationattempt"],
+    "operator": ["retry_compensation", "resolve_step"],
+    "approver": ["decide_approval"],
+    "admin": [
+        "manage_policies", "add_project", "change_project", "view_project",
+        "add_apitoken", "change_apitoken", "view_apitoken", "view_auditentry",
+    ],
+}  # fmt: skip
+INCLUDES = {
+    "viewer": [],
+    "operator": ["viewer"],
+    "approver": ["viewer"],
+    "admin": ["viewer", "operator", "approver"],
+}
+
 
 def create_roles(apps, schema_editor):
     from django.contrib.auth.management import create_permissions
@@ -11,7 +31,13 @@ def create_roles(apps, schema_editor):
         app_config.models_module = True
         create_permissions(app_config, apps=apps, verbosity=0)
         app_config.models_module = None
-    roles_sync(apps.get_model("auth", "Group"), apps.get_model("auth", "Permission"))
+    group_model, permission_model = apps.get_model("auth", "Group"), apps.get_model("auth", "Permission")
+    for role in ROLES:
+        codenames = [c for r in [role, *INCLUDES[role]] for c in ROLES[r]]
+        group, _ = group_model.objects.get_or_create(name=role)
+        group.permissions.set(
+            permission_model.objects.filter(content_type__app_label="sagaboard", codename__in=codenames)
+        )
 
 
 def drop_roles(apps, schema_editor):
