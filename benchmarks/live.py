@@ -68,8 +68,14 @@ def temp_database(kind: str, workdir: Path) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+DEMO_UNDOS = {"SAGABOARD_COMPENSATION_MODULES": "sagaboard.demo_compensations"}
+"""The demo's server-side undos (StoreBot's), which the runs here use with DEBUG on or off:
+every process started here registers them unless the caller's environment says otherwise."""
+
+
 def manage(database_url: str, *args: str, settings: str = "sagaboard.settings") -> str:
     env = {
+        **DEMO_UNDOS,
         "SAGABOARD_DEBUG": "1",  # local tooling: demo data allowed (the caller's env wins)
         **os.environ,
         "DATABASE_URL": database_url,
@@ -116,6 +122,7 @@ class Server:
 
     def start(self, timeout: float = 30.0) -> None:
         env = {
+            **DEMO_UNDOS,
             **os.environ,
             "DATABASE_URL": self.database_url,
             "DJANGO_SETTINGS_MODULE": self.settings,
@@ -182,7 +189,7 @@ class Worker:
             argv += ["-B", "--schedule", str(workdir / f"beat-{name}")]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                argv, cwd=ROOT, env={**DEMO_UNDOS, **env}, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
 

@@ -24,6 +24,9 @@ from undo_core import ApprovalRequest, Decision, FailedCompensation, SagaRollbac
 from undo_core import Saga as EngineSaga
 
 DEMO_PROJECT = "demo"
+DEMO_COMPENSATIONS = "sagaboard.demo_compensations"
+"""The module of the demo's server-side undos: registered only where the demo runs
+(``SAGABOARD_COMPENSATION_MODULES``, by default with DEBUG on), never in production."""
 
 
 def _fails(message: str) -> Callable[..., Any]:

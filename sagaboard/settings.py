@@ -283,8 +283,10 @@ STORAGES = {
 }
 
 # Undos sagaboard runs itself (sagaboard/undo_kinds.py) and the workers that run them.
+# None by default in production; with DEBUG on (`make run`: every process, the worker
+# included), the demo's StoreBot undos, so its server-run sagas undo as they should.
 SAGABOARD_COMPENSATION_MODULES = env_list(
-    "SAGABOARD_COMPENSATION_MODULES", "sagaboard.demo_compensations"
+    "SAGABOARD_COMPENSATION_MODULES", "sagaboard.demo_compensations" if DEBUG else ""
 )
 SAGABOARD_WEBHOOK_SECRET = env_str("SAGABOARD_WEBHOOK_SECRET") or SECRET_KEY
 SAGABOARD_ALLOW_COMMAND_UNDOS = env_bool("SAGABOARD_ALLOW_COMMAND_UNDOS", False)

@@ -17,6 +17,24 @@ sys.path.insert(0, str(Path(__file__).parent / "e2e"))  # tests/e2e/chromium.py
 sys.path.insert(0, str(Path(__file__).parent / "security"))  # tests/security/permission_matrix.py
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _demo_undos_registered() -> Any:
+    """The suite's server-run sagas (StoreBot's, tests/sagaboard/hitl.py) use the demo's
+    undos, which the settings register only with DEBUG on (never in production): the
+    tests register them as `make run` does. A test may still set its own list."""
+    if "django.conf" not in sys.modules:  # the Django-free suites
+        yield
+        return
+    from django.conf import settings
+    from django.test import override_settings
+
+    from sagaboard.demo import DEMO_COMPENSATIONS
+
+    modules = [*settings.SAGABOARD_COMPENSATION_MODULES, DEMO_COMPENSATIONS]
+    with override_settings(SAGABOARD_COMPENSATION_MODULES=list(dict.fromkeys(modules))):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _rate_limit_counts_start_at_zero() -> None:
     """Rate-limit counters (sagaboard.rate_limits) live in the cache, which in one test

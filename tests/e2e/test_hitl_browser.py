@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 from chromium import Tab, chromium
 
-from benchmarks.live import ROOT, Server, Worker, manage, temp_database
+from benchmarks.live import DEMO_UNDOS, ROOT, Server, Worker, manage, temp_database
 
 pytestmark = pytest.mark.slow
 
@@ -132,6 +132,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     with temp_database("postgres" if PG else "sqlite", workdir) as url:
         manage(url, "migrate", "--no-input", "-v0")
         env = {
+            **DEMO_UNDOS,
             "DATABASE_URL": url,
             "DJANGO_SETTINGS_MODULE": "sagaboard.settings",
             "CELERY_BROKER_URL": REDIS_URL,

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from chromium import Tab, chromium
 
-from benchmarks.live import ROOT, Server, manage, temp_database
+from benchmarks.live import DEMO_UNDOS, ROOT, Server, manage, temp_database
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +74,7 @@ class Site:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     with temp_database("postgres" if PG else "sqlite", tmp_path_factory.mktemp("e2e-out")) as url:
         manage(url, "migrate", "--no-input", "-v0")
-        env = {**os.environ, "DATABASE_URL": url, "SAGABOARD_TASKS_EAGER": "1"}
+        env = {**DEMO_UNDOS, **os.environ, "DATABASE_URL": url, "SAGABOARD_TASKS_EAGER": "1"}
         done = subprocess.run(
             [sys.executable, "manage.py", "shell", "-c", MAKE_SAGAS],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,

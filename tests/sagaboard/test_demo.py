@@ -114,3 +114,11 @@ def test_the_storebot_demo_steps_agree_with_their_inputs() -> None:
         shared = set(step.input or {}) & set(step.output or {})
         assert {k: step.output[k] for k in shared} == {k: step.input[k] for k in shared}
     assert saga.steps[0].output["itemId"] == saga.steps[0].input["itemId"] == "882"
+
+
+def test_the_demo_is_refused_where_its_undos_are_not_registered(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.DEBUG = True
+    settings.SAGABOARD_COMPENSATION_MODULES = ["shop.undos"]
+    with pytest.raises(CommandError, match=r"add sagaboard\.demo_compensations to SAGABOARD_COMP"):
+        call_command("sagaboard_demo")
+    assert not Saga.objects.exists()

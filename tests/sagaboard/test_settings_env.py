@@ -140,3 +140,18 @@ def test_flags_read_the_usual_spellings(
 ) -> None:
     monkeypatch.setenv("SAGABOARD_T_FLAG", raw)
     assert env_bool("SAGABOARD_T_FLAG", not expected) is expected
+
+
+@pytest.mark.parametrize(
+    ("debug", "expected"), [("0", []), ("1", ["sagaboard.demo_compensations"])]
+)
+def test_the_demos_undos_are_registered_only_with_debug_on(
+    debug: str, expected: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SAGABOARD_SECRET_KEY", "k" * 40)
+    monkeypatch.setenv("SAGABOARD_DEBUG", debug)
+    monkeypatch.delenv("SAGABOARD_COMPENSATION_MODULES", raising=False)
+    assert runpy.run_path(SETTINGS_FILE)["SAGABOARD_COMPENSATION_MODULES"] == expected
+    monkeypatch.setenv("SAGABOARD_COMPENSATION_MODULES", "shop.undos, more.undos")
+    listed = runpy.run_path(SETTINGS_FILE)["SAGABOARD_COMPENSATION_MODULES"]
+    assert listed == ["shop.undos", "more.undos"]

@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sagaboard.demo import demo_load, demo_user
+from sagaboard.demo import DEMO_COMPENSATIONS, demo_load, demo_user
 
 
 class Command(BaseCommand):
@@ -26,6 +26,12 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if not settings.DEBUG and not options["force"]:
             raise CommandError("demo data is for local use: DEBUG is off (use --force)")
+        if DEMO_COMPENSATIONS not in settings.SAGABOARD_COMPENSATION_MODULES:
+            # Its server-run sagas have handler undos: without them, they could never undo.
+            raise CommandError(
+                f"the demo's undos are not registered: add {DEMO_COMPENSATIONS} to "
+                "SAGABOARD_COMPENSATION_MODULES (for this command and the worker)"
+            )
         project = demo_load()
         count = project.sagas.count()
         self.stdout.write(f"demo project {project.slug!r}: {count} sagas")
