@@ -17,7 +17,7 @@ help:
 	@echo "make test           lint, then pytest on SQLite, then on PostgreSQL"
 	@echo "make test-sqlite    pytest on SQLite only"
 	@echo "make test-postgres  pytest on \$$SAGABOARD_TEST_DATABASE_URL ($(SAGABOARD_TEST_DATABASE_URL))"
-	@echo "make lint           ruff check, ruff format --check, mypy (undo_core)"
+	@echo "make lint           ruff check, ruff format --check, mypy (undo_core), lint-imports"
 	@echo "make fmt            ruff format + ruff check --fix"
 	@echo "make bench          every benchmark, full size, writes docs/benchmarks.md (ONLY=engine,pages,...)"
 	@echo "make bench-check    the small version; fails on a large ratio regression (CI runs it)"
@@ -60,6 +60,7 @@ lint: install
 	$(VPY) -m ruff check .
 	$(VPY) -m ruff format --check .
 	$(VPY) -m mypy
+	$(VENV)/bin/lint-imports
 
 fmt: install
 	$(VPY) -m ruff format .

@@ -1,29 +1,27 @@
 """API v1 (django-ninja): thin handlers over services and selectors.
 
-Every error leaves as ``{"error": {"code", "message", "field", ...}}`` (docs/api.md).
+Every error leaves as ``{"error": {"code", "message", "field", ...}}`` (docs/api.md), by the
+one map of ``sagaboard.api_errors``.
 """
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 from typing import Any
 
 import orjson
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
-from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse
 from ninja import Query, Status
-from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.renderers import JSONRenderer
 from ninja.responses import NinjaJSONEncoder
 from ninja.security import HttpBearer
 
-from sagaboard import api_links, openapi_bounds, rollback_outcomes, sagas, selectors
-from sagaboard.ingest import IngestError, events_ingest
-from sagaboard.json_body import BadValue
-from sagaboard.limits import InputRefused, JsonParser, NotJson
+from sagaboard import api_errors, api_links, openapi_bounds, rollback_outcomes, sagas, selectors
+from sagaboard.api_errors import ERRORS
+from sagaboard.errors import ServiceError
+from sagaboard.ingest import events_ingest
+from sagaboard.limits import JsonParser
 from sagaboard.models import ApiToken, Saga, Step
 from sagaboard.rate_limits import (
     RateLimited,
@@ -34,7 +32,6 @@ from sagaboard.rate_limits import (
 )
 from sagaboard.schemas import (
     BIGINT,
-    ErrorOut,
     EventBatchIn,
     EventBatchOut,
     EventPageOut,
@@ -53,8 +50,6 @@ from sagaboard.schemas import (
 from sagaboard.tokens import token_authenticate
 from undo_core import RollbackOutcome, SagaStatus, assess_rollback, status_text
 
-log = logging.getLogger(__name__)
-
 
 class TokenAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> ApiToken | None:
@@ -66,7 +61,9 @@ class TokenAuth(HttpBearer):
             # stops floods of bad tokens and probing.
             ip, rate = client_ip(request), parse_rate(settings.SAGABOARD_API_AUTH_RATE)
             if rate is not None and hit("api-auth", ip, rate) > rate.count:
-                raise RateLimited(wait_seconds("api-auth", ip, rate))
+                raise RateLimited(
+                    wait_seconds("api-auth", ip, rate), "failed authentications from this address"
+                )
         return found
 
 
@@ -93,126 +90,7 @@ api = openapi_bounds.BoundedNinjaAPI(
     auth=TokenAuth(),
 )
 
-# Every operation may answer these, all as ErrorOut (docs/api.md, "Errors"): a body that is
-# not JSON (400), no token (401), an unknown id (404), a refused move (409), a body over the
-# limit (413, sagaboard.body_limit), invalid input or a limit (422), a busy database (503).
-ERRORS: dict[int | str, Any] = {
-    400: ErrorOut,
-    401: ErrorOut,
-    404: ErrorOut,
-    409: ErrorOut,
-    413: ErrorOut,
-    422: ErrorOut,
-    429: ErrorOut,
-    503: ErrorOut,
-}
-
-
-def _error(
-    request: HttpRequest, status: int, code: str, message: str, **extra: Any
-) -> HttpResponse:
-    body = {"code": code, "message": message}
-    body.update({k: v for k, v in extra.items() if v is not None})
-    return api.create_response(request, {"error": body}, status=status)
-
-
-@api.exception_handler(IngestError)
-def _ingest_error(request: HttpRequest, exc: IngestError) -> HttpResponse:
-    response = _error(
-        request,
-        exc.status,
-        exc.code,
-        exc.message,
-        field=exc.field,
-        index=exc.index,
-        event_id=exc.event_id,
-    )
-    if exc.status == 503:
-        response["Retry-After"] = "1"
-    return response
-
-
-@api.exception_handler(InputRefused)
-def _input_refused(request: HttpRequest, exc: InputRefused) -> HttpResponse:
-    return _error(request, 422, "validation_error", exc.message, field=exc.field, index=exc.index)
-
-
-@api.exception_handler(ValidationError)
-def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    first = exc.errors[0] if exc.errors else {}
-    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "payload", "query", "path")]
-    # Items of a list by their index in brackets (events[0].step.attempts[1].number), as
-    # the checks of a whole batch and of JSON values name them.
-    field = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc).lstrip(".") or None
-    index = int(loc[1]) if len(loc) > 1 and loc[0] == "events" and loc[1].isdigit() else None
-    message = first.get("msg", "invalid request")
-    return _error(
-        request,
-        422,
-        "validation_error",
-        f"{field}: {message}" if field else message,
-        field=field,
-        index=index,
-    )
-
-
-@api.exception_handler(AuthenticationError)
-def _unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    response = _error(
-        request, 401, "unauthorized", "a valid 'Authorization: Bearer' token is required"
-    )
-    response["WWW-Authenticate"] = openapi_bounds.WWW_AUTHENTICATE  # RFC 6750
-    return response
-
-
-@api.exception_handler(RateLimited)
-def _rate_limited(request: HttpRequest, exc: RateLimited) -> HttpResponse:
-    response = _error(
-        request,
-        429,
-        "rate_limited",
-        f"too many failed authentications from this address: retry after {exc.retry_after} s",
-    )
-    response["Retry-After"] = str(exc.retry_after)
-    return response
-
-
-@api.exception_handler(HttpError)
-def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    cause = exc.__cause__
-    if isinstance(cause, BadValue):  # a value the body holds cannot be stored: name it
-        field = cause.path or None
-        index = None
-        if field is not None and field.startswith("events["):
-            index = int(field[len("events[") : field.index("]")])
-        return _error(request, 422, "validation_error", str(cause), field=field, index=index)
-    if exc.status_code == 400:
-        message = str(cause) if isinstance(cause, NotJson) else "the request body is not valid JSON"
-        return _error(request, 400, "malformed_json", message)
-    return _error(request, exc.status_code, "error", str(exc))
-
-
-@api.exception_handler(Exception)
-def _server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
-    # A bug, not the client's fault: logged with its traceback, answered in the API's shape
-    # (never Django's HTML page). The request's transaction has been rolled back.
-    log.exception("API request failed: %s %s", request.method, request.path)
-    return _error(request, 500, "internal_error", "the server failed; nothing was applied")
-
-
-@api.exception_handler(OperationalError)
-def _database_unavailable(request: HttpRequest, exc: OperationalError) -> HttpResponse:
-    # The database is busy or away: nothing was applied, and the client should retry.
-    response = _error(request, 503, "unavailable", "the database is unavailable; retry shortly")
-    response["Retry-After"] = "1"
-    return response
-
-
-@api.exception_handler(RequestDataTooBig)
-def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
-    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    message = f"the body is over {limit} bytes (SAGABOARD_API_MAX_BODY)"
-    return _error(request, 413, "payload_too_large", message)
+api_errors.install(api)
 
 
 def _token(request: HttpRequest) -> ApiToken:
@@ -228,7 +106,7 @@ def post_events(request: HttpRequest, payload: EventBatchIn) -> HttpResponse:
     """Apply transition events (one or a batch) atomically, in order, idempotently."""
     limit = settings.SAGABOARD_API_MAX_BATCH
     if len(payload.events) > limit:
-        raise IngestError(422, "validation_error", f"at most {limit} events per batch", "events")
+        raise ServiceError(422, "validation_error", f"at most {limit} events per batch", "events")
     token = _token(request)
     sent = request.parsed_body["events"]  # type: ignore[attr-defined]
     results = events_ingest(
@@ -298,7 +176,7 @@ def _step(step: Step) -> dict[str, Any]:
 def _saga_out(request: HttpRequest, saga_id: str) -> dict[str, Any]:
     saga = selectors.saga_get_for_project(project=_token(request).project, saga_id=saga_id)
     if saga is None:
-        raise IngestError(404, "not_found", f"no saga {saga_id!r} in this project", "saga_id")
+        raise ServiceError(404, "not_found", f"no saga {saga_id!r} in this project", "saga_id")
     steps = list(saga.steps.all())
     found = assess_rollback(SagaStatus(saga.status), [rollback_outcomes.facts(s) for s in steps])
     exceptions = [
@@ -312,7 +190,7 @@ def _step_out(request: HttpRequest, saga_id: str, step_id: str) -> dict[str, Any
     saga = selectors.saga_get_for_project(project=_token(request).project, saga_id=saga_id)
     step = next((s for s in saga.steps.all() if s.step_id == step_id), None) if saga else None
     if step is None:
-        raise IngestError(404, "not_found", f"no step {step_id!r} in saga {saga_id!r}", "step_id")
+        raise ServiceError(404, "not_found", f"no step {step_id!r} in saga {saga_id!r}", "step_id")
     return _step(step)
 
 
@@ -332,7 +210,7 @@ def list_saga_events(
     """The saga's event log, oldest first; pass the last ``log_id`` as ``after`` to go on."""
     saga = selectors.saga_get_for_project(project=_token(request).project, saga_id=saga_id)
     if saga is None:
-        raise IngestError(404, "not_found", f"no saga {saga_id!r} in this project", "saga_id")
+        raise ServiceError(404, "not_found", f"no saga {saga_id!r} in this project", "saga_id")
     rows = selectors.event_list_for_saga(saga=saga, after=after, limit=limit)
     items = [
         {
@@ -500,7 +378,7 @@ def list_sagas(
             waiting=waiting,
         )
     except selectors.BadCursor as err:
-        return _error(request, 422, "validation_error", str(err), field="cursor")
+        raise ServiceError(422, "validation_error", str(err), "cursor") from err
     return {"items": [_summary(s) for s in rows], "next_cursor": next_cursor}
 
 

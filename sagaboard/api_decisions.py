@@ -16,22 +16,13 @@ from ninja import Body, Path, Query, Router
 from pydantic import Field
 
 from sagaboard import api_links, decisions
+from sagaboard.api_errors import ERRORS
 from sagaboard.models import ApiToken
-from sagaboard.schemas import BIGINT, ErrorOut, Out, StrictSchema, Text, free_text
+from sagaboard.schemas import BIGINT, Out, StrictSchema, Text, free_text
 from undo_core import StepState
 
 router = Router(tags=["decisions"])
 
-ERRORS: dict[int | str, Any] = {
-    400: ErrorOut,
-    401: ErrorOut,
-    404: ErrorOut,
-    409: ErrorOut,
-    413: ErrorOut,
-    422: ErrorOut,
-    429: ErrorOut,
-    503: ErrorOut,
-}
 WAIT = Query(
     0.0,
     ge=0,

@@ -23,24 +23,33 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import transaction
 from django.utils import timezone
 
 from sagaboard import audit_log, conditions, notifications, selectors
+from sagaboard.errors import ServiceError
 from sagaboard.models import Approval, ApprovalPolicy, ApprovalVote, Project, Saga, Step
 from sagaboard.undo_kinds import plan_for, plan_hash
 
 Status = Approval.Status
 
 
-class DecisionRefused(Exception):
+class DecisionRefused(ServiceError):
     """A decision that was not taken; ``message`` is for the person who tried."""
 
+    STATUS: ClassVar[dict[str, int]] = {
+        "validation_error": 400,
+        "forbidden": 403,
+        "not_found": 404,
+        "already_decided": 409,
+        "void": 409,
+    }
+    """The HTTP status of each refusal (a form's bad value is 400: the page, not an API)."""
+
     def __init__(self, code: str, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.field = code, message, field
+        super().__init__(self.STATUS.get(code, 400), code, message, field)
 
 
 # ---------------------------------------------------------------- who must decide

@@ -28,7 +28,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection, transaction
 
 from sagaboard import approvals, audit_log
-from sagaboard.ingest import IngestError
+from sagaboard.errors import ServiceError
 from sagaboard.models import ApiToken, Approval, ApprovalVote, Project, Saga, Step
 from undo_core import StepState
 
@@ -52,17 +52,17 @@ def _step(project: Project, saga_id: str, step_id: str) -> Step:
     """The step of a saga the agent runs, in this project; 404 / 409 otherwise."""
     saga = Saga.objects.filter(project=project, saga_id=saga_id).select_related("project").first()
     if saga is None:
-        raise IngestError(404, "not_found", f"no saga {saga_id!r} in this project", "saga_id")
+        raise ServiceError(404, "not_found", f"no saga {saga_id!r} in this project", "saga_id")
     step = Step.objects.filter(saga=saga, step_id=step_id).first()
     if step is None:
-        raise IngestError(
+        raise ServiceError(
             404,
             "not_found",
             f"no step {step_id!r} in saga {saga_id!r}: post its events first (flush the store)",
             "step_id",
         )
     if saga.driver != Saga.Driver.CLIENT:
-        raise IngestError(
+        raise ServiceError(
             409,
             "server_driven",
             f"saga {saga_id!r} is run by sagaboard: its workers ask for decisions and carry "
@@ -79,7 +79,7 @@ def _approval(project: Project, approval_id: int) -> Approval:
         .first()
     )
     if approval is None:
-        raise IngestError(
+        raise ServiceError(
             404, "not_found", f"no approval {approval_id} in this project", "approval_id"
         )
     return approval
@@ -96,7 +96,7 @@ def approval_request(*, project: Project, saga_id: str, step_id: str, why: str |
     """
     step = _step(project, saga_id, step_id)
     if step.state not in ASKABLE:
-        raise IngestError(
+        raise ServiceError(
             409,
             "illegal_state",
             f"step {step_id!r} is {step.state}: only an undo about to run (AWAITING_APPROVAL) "
@@ -208,17 +208,17 @@ def decision_ack(
     after the request changed, is refused (409) and changes nothing.
     """
     if action not in ACKNOWLEDGEABLE:
-        raise IngestError(422, "validation_error", "action must be retry or resolve", "action")
+        raise ServiceError(422, "validation_error", "action must be retry or resolve", "action")
     step = _step(project, saga_id, step_id)
     with transaction.atomic():
         locked = Step.objects.select_for_update().get(pk=step.pk)
         pending = locked.pending_action or {}
         if not pending:
-            raise IngestError(
+            raise ServiceError(
                 409, "not_pending", f"no {action} is pending on step {step_id!r}: nothing to clear"
             )
         if pending.get("action") != action or (at is not None and pending.get("at") != at):
-            raise IngestError(
+            raise ServiceError(
                 409,
                 "not_pending",
                 f"the pending request on step {step_id!r} is {pending.get('action')} by "

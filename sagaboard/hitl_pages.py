@@ -17,14 +17,6 @@ from django.views.decorators.http import require_GET, require_POST
 from sagaboard import approvals, operations, outcomes, queues, selectors
 from sagaboard.approvals import DecisionRefused
 
-REFUSED_STATUS = {
-    "validation_error": 400,
-    "forbidden": 403,
-    "not_found": 404,
-    "already_decided": 409,
-    "void": 409,
-}
-
 
 def _ids(request: HttpRequest, name: str) -> list[int]:
     return [int(v) for v in request.POST.getlist(name) if v.isdigit()][: queues.QUEUE_LIMIT]
@@ -63,7 +55,7 @@ def _bulk_answer(request: HttpRequest, back: str, report: outcomes.Report) -> Ht
     codes = report.refusal_codes
     status = 200
     if report.count("refused") == len(report.items):
-        status = REFUSED_STATUS.get(codes.pop(), 400) if len(codes) == 1 else 409
+        status = DecisionRefused.STATUS.get(codes.pop(), 400) if len(codes) == 1 else 409
     if not _htmx(request):
         (messages.success if report.ok else messages.error)(request, report.summary)
         for item in report.items:
@@ -102,7 +94,7 @@ def approval_decide(request: HttpRequest, pk: int) -> HttpResponse:
     except DecisionRefused as refused:
         return _answer(
             request, back="approval_queue", text=refused.message, ok=False,
-            status=REFUSED_STATUS.get(refused.code, 400),
+            status=refused.status,
         )  # fmt: skip
     a = outcome.approval
     if outcome.decided:
@@ -159,7 +151,7 @@ def step_action(request: HttpRequest, pk: int) -> HttpResponse:
         )  # fmt: skip
     except DecisionRefused as refused:
         return _answer(request, back=back, text=refused.message, ok=False,
-                       status=REFUSED_STATUS.get(refused.code, 400))  # fmt: skip
+                       status=refused.status)  # fmt: skip
     action = request.POST["action"]
     step.refresh_from_db()  # a retry may have run already (tasks run eagerly): say what it did
     result, detail = outcomes.step_outcome(action, step)

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from sagaboard import limits, notifications, rollback_outcomes
 from sagaboard.bulk import InSelect, Rows, round_trip, send_select, table
+from sagaboard.errors import ServiceError
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from sagaboard.schemas import TransitionIn
 from sagaboard.storage import copy_saga, copy_step, event_fields, new_attempts
@@ -46,14 +47,8 @@ from undo_core import (
 from undo_core import CompensationAttempt as AttemptRecord
 
 
-class IngestError(Exception):
-    """An event the server refuses; ``status`` and ``code`` become the HTTP answer."""
-
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.field = status, code, message, field
-        self.index: int | None = None
-        self.event_id: str | None = None
+class IngestError(ServiceError):
+    """An event the server refuses; ``index`` and ``event_id`` name it in its batch."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from ninja.parser import Parser
 from pydantic import AfterValidator, ValidationInfo
 from pydantic_core import PydanticCustomError
 
+from sagaboard.errors import ServiceError
 from sagaboard.json_body import NotJson, parse_json
 
 
@@ -121,13 +122,12 @@ def _check_json(value: Any, info: ValidationInfo) -> Any:
     return value
 
 
-class InputRefused(Exception):
+class InputRefused(ServiceError):
     """A value refused in a pass over a whole batch, where pydantic could not name the field
     (its errors carry the location of the validator): the API answers 422 with both."""
 
     def __init__(self, message: str, field: str, index: int | None = None) -> None:
-        super().__init__(message)
-        self.message, self.field, self.index = message, field, index
+        super().__init__(422, "validation_error", message, field, index=index)
 
 
 JsonValue = Annotated[Any, AfterValidator(_check_json)]

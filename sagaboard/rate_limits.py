@@ -21,6 +21,8 @@ from functools import lru_cache
 from django.core.cache import cache
 from django.http import HttpRequest
 
+from sagaboard.errors import ServiceError
+
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*([smhd]?)\s*$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -33,11 +35,13 @@ class Rate:
     seconds: int
 
 
-class RateLimited(Exception):
-    """Over a limit: try again in ``retry_after`` seconds."""
+class RateLimited(ServiceError):
+    """Over a limit: try again in ``retry_after`` seconds (429, with ``Retry-After``)."""
 
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(f"too many failed attempts: retry after {retry_after} s")
+    def __init__(self, retry_after: int, what: str = "failed attempts") -> None:
+        message = f"too many {what}: retry after {retry_after} s"
+        headers = {"Retry-After": str(retry_after)}
+        super().__init__(429, "rate_limited", message, headers=headers)
         self.retry_after = retry_after
 
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from django.db import IntegrityError, transaction
 
 from sagaboard import limits, undo_kinds
-from sagaboard.ingest import IngestError
+from sagaboard.errors import ServiceError
 from sagaboard.models import ApiRequest, Project, Saga
 from sagaboard.storage import DjangoStore
 from undo_core import (
@@ -60,9 +60,9 @@ def _engine(project: Project, saga_id: str) -> Iterator[EngineSaga]:
     """The saga restored into the engine under a one-call lease, released afterwards."""
     row = Saga.objects.select_for_update().filter(project=project, saga_id=saga_id).first()
     if row is None:
-        raise IngestError(404, "not_found", f"no saga {saga_id!r} in this project")
+        raise ServiceError(404, "not_found", f"no saga {saga_id!r} in this project")
     if row.driver != Saga.Driver.SERVER:
-        raise IngestError(
+        raise ServiceError(
             409, "conflict", f"saga {saga_id!r} is run by its agent; send transition events"
         )
     try:
@@ -70,7 +70,7 @@ def _engine(project: Project, saga_id: str) -> Iterator[EngineSaga]:
             DjangoStore(project), saga_id, _tools(row), owner=f"api:{uuid.uuid4().hex[:12]}"
         )
     except (LeaseError, SagaNotFoundError) as err:
-        raise IngestError(409, "busy", f"saga {saga_id!r} is being changed: {err}") from err
+        raise ServiceError(409, "busy", f"saga {saga_id!r} is being changed: {err}") from err
     try:
         yield saga
     finally:
@@ -93,7 +93,7 @@ def _once(
         # without an id gets a fresh one each time: its digest alone decides).
         other_saga = operation != "saga.begin" and seen.saga_id != saga_id
         if seen.digest != digest or other_saga:
-            raise IngestError(
+            raise ServiceError(
                 409, "conflict", f"event_id {event_id!r} was used for another request", "event_id"
             )
         return seen.saga_id, seen.step_id, True
@@ -109,11 +109,11 @@ def _once(
                 step_id=step_id,
             )
     except TransitionError as err:
-        raise IngestError(409, "illegal_transition", str(err)) from err
+        raise ServiceError(409, "illegal_transition", str(err)) from err
     except StepNotFoundError as err:
-        raise IngestError(404, "not_found", str(err), "step_id") from err
+        raise ServiceError(404, "not_found", str(err), "step_id") from err
     except IntegrityError as err:
-        raise IngestError(409, "conflict", f"a concurrent request won: {err}") from err
+        raise ServiceError(409, "conflict", f"a concurrent request won: {err}") from err
     return saga_id, step_id, False
 
 
@@ -133,7 +133,7 @@ def saga_begin(
 
     def act() -> None:
         if Saga.objects.filter(project=project, saga_id=sid).exists():
-            raise IngestError(409, "conflict", f"saga {sid!r} already exists", "id")
+            raise ServiceError(409, "conflict", f"saga {sid!r} already exists", "id")
         saga = EngineSaga(
             name,
             saga_id=sid,
@@ -170,7 +170,7 @@ def step_add(
     check = undo_kinds.undo_check(Saga.Driver.SERVER, undo)
     if not check:  # refused now, not when a rollback needs it and it fails at once
         message = check.why if check.code == "validation_error" else f"{check.field}: {check.why}"
-        raise IngestError(422, check.code, message, check.field)
+        raise ServiceError(422, check.code, message, check.field)
 
     def act() -> str:
         with _engine(project, saga_id) as saga:
@@ -190,7 +190,7 @@ def step_add(
 
 def _check_step_count(count: int) -> None:
     if count >= limits.max_steps():
-        raise IngestError(
+        raise ServiceError(
             422,
             "limit_exceeded",
             f"a saga has at most {limits.max_steps()} steps (SAGABOARD_MAX_STEPS)",

@@ -39,7 +39,7 @@ from sagaboard.models import Event, Saga, Step
 from sagaboard.schemas import EventBatchIn
 from sagaboard.storage import saga_record, step_snapshot
 from undo_core import EventKind, SagaChange, SagaEvent, SagaSnapshot, TransitionError, replay
-from undo_core.remote._wire import saga_from_json, step_from_json
+from undo_core.remote import saga_from_json, step_from_json
 
 __all__ = ["SAGA_FIELDS", "STEP_FIELDS", "Difference", "VerifyReport", "verify"]
 

@@ -40,15 +40,18 @@ retry, resolve or leave one that failed (the saga still runs here)::
 ``AsyncSagaboardGate`` (with ``AsyncSagaboardClient``) does the same for
 ``AsyncSaga``; see ``_gate.py`` for the waits, the acknowledgements and the errors.
 
-The wire contract is docs/api.md. ``undo_core`` itself does not import this
-package, so the engine keeps needing nothing but the standard library.
+The wire contract is docs/api.md: ``change_to_event`` writes one transition event,
+``saga_from_json`` and ``step_from_json`` read a saga or a step back (sagaboard's
+``sagaboard_verify`` reads its log with them, so both sides share one format).
+``undo_core`` itself does not import this package, so the engine keeps needing
+nothing but the standard library.
 """
 
 from ._client import AsyncSagaboardClient, SagaboardClient
 from ._errors import SagaboardAPIError, SagaboardUnavailable
 from ._gate import AsyncSagaboardGate, SagaboardGate
 from ._store import SagaboardStore
-from ._wire import change_to_event
+from ._wire import change_to_event, saga_from_json, step_from_json
 
 __all__ = [
     "AsyncSagaboardClient",
@@ -59,4 +62,6 @@ __all__ = [
     "SagaboardStore",
     "SagaboardUnavailable",
     "change_to_event",
+    "saga_from_json",
+    "step_from_json",
 ]
