@@ -6,7 +6,10 @@ import re
 import time
 from pathlib import Path
 
+import pytest
 from undo_mcp_harness import Connect, call, call_error, text
+
+pytestmark = pytest.mark.slow  # each test starts the server in a subprocess
 
 SEVEN = {
     "saga_begin": {"name"},
