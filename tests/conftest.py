@@ -10,11 +10,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 
 # Helper modules that sit beside the tests (tests/sagaboard/agent_runs.py) import by name.
 sys.path.insert(0, str(Path(__file__).parent / "sagaboard"))
 sys.path.insert(0, str(Path(__file__).parent / "e2e"))  # tests/e2e/chromium.py
 sys.path.insert(0, str(Path(__file__).parent / "security"))  # tests/security/permission_matrix.py
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Test users' passwords are hashed with MD5: the production hasher (PBKDF2, over a
+    million rounds) takes half a second per user created or logged in, and most tests
+    create several. Logging in still checks the password; only the hash is cheaper.
+    Production settings are checked as deployed (tests/sagaboard/test_production.py)."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture(autouse=True)
