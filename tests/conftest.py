@@ -6,11 +6,13 @@ different folders may share a name. Django settings come from `sagaboard.setting
 """
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
+from django.test import override_settings
 
 # Helper modules that sit beside the tests (tests/sagaboard/agent_runs.py) import by name.
 sys.path.insert(0, str(Path(__file__).parent / "sagaboard"))
@@ -18,12 +20,19 @@ sys.path.insert(0, str(Path(__file__).parent / "e2e"))  # tests/e2e/chromium.py
 sys.path.insert(0, str(Path(__file__).parent / "security"))  # tests/security/permission_matrix.py
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """Test users' passwords are hashed with MD5: the production hasher (PBKDF2, over a
-    million rounds) takes half a second per user created or logged in, and most tests
-    create several. Logging in still checks the password; only the hash is cheaper.
-    Production settings are checked as deployed (tests/sagaboard/test_production.py)."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+@pytest.fixture(autouse=True)
+def _cheap_password_hashes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Passwords set during a test are hashed with MD5: the production hasher (PBKDF2, over
+    a million rounds) takes half a second per user created or logged in, and most tests
+    create several. Logging in still checks the password; hashes made with the configured
+    hashers (by module fixtures) still verify. Not for tests marked ``slow``: their servers
+    run in subprocesses with the production hashers and must read the users made here."""
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    md5 = "django.contrib.auth.hashers.MD5PasswordHasher"
+    with override_settings(PASSWORD_HASHERS=[md5, *settings.PASSWORD_HASHERS]):
+        yield
 
 
 @pytest.fixture(autouse=True)
