@@ -10,11 +10,12 @@ HOST_PORT := 127.0.0.1:8000
 # Second test run; override to point at another server.
 SAGABOARD_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/sagaboard
 
-.PHONY: help venv install run lint test test-sqlite test-postgres bench bench-check fuzz vendor fmt
+.PHONY: help venv install run lint test test-fast test-sqlite test-postgres bench bench-check fuzz vendor fmt
 
 help:
 	@echo "make run            install deps, migrate, serve on http://$(HOST_PORT)/"
 	@echo "make test           lint, then pytest on SQLite, then on PostgreSQL"
+	@echo "make test-fast      the quick loop: SQLite, no slow tests (-m 'not slow'), in parallel"
 	@echo "make test-sqlite    pytest on SQLite only"
 	@echo "make test-postgres  pytest on \$$SAGABOARD_TEST_DATABASE_URL ($(SAGABOARD_TEST_DATABASE_URL))"
 	@echo "make lint           ruff check, ruff format --check, mypy (undo_core), lint-imports"
@@ -69,6 +70,12 @@ fmt: install
 test: lint
 	$(MAKE) --no-print-directory test-sqlite
 	$(MAKE) --no-print-directory test-postgres
+
+# The edit-run loop: SQLite, without what is marked slow (browsers, servers and other
+# subprocesses, racing threads, fuzz and property runs), one worker per CPU (pytest-xdist).
+# `make test` still runs everything, in one process.
+test-fast: install
+	env -u DATABASE_URL $(VPY) -m pytest -m "not slow" -n auto
 
 test-sqlite: install
 	@echo "== pytest on SQLite =="

@@ -90,7 +90,7 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Live events skip Channels' per-message hop to the sync thread (it closes stale DB
         # connections, which these handlers reach only through database_sync_to_async):
-        # with 200 browsers that hop was a fifth of the server's CPU.
+        # with 200 browsers that hop costs a fifth of the server's CPU.
         if message.get("type") == "saga.event":
             await self.saga_event(message)
         elif message.get("type") == "saga.tail":

@@ -379,8 +379,8 @@ def _digest(event: TransitionIn, sent: Any) -> tuple[str, str]:
     that JSON as text: the log keeps it as the change the event made (``Event.change``),
     so a replay re-reads exactly what was accepted, at the cost of no second encoding.
 
-    A re-delivery sends the same JSON. Serialising the validated model instead (as
-    digests were first made, and still are without ``sent``) cost 30 us an event.
+    A re-delivery sends the same JSON. Serialising the validated model instead (the form
+    used when ``sent`` is None) costs 30 us an event.
     """
     if sent is None:
         canonical = _legacy_form(event)
@@ -393,8 +393,9 @@ def _digest(event: TransitionIn, sent: Any) -> tuple[str, str]:
 
 
 def _legacy_form(event: TransitionIn) -> bytes:
-    # How digests were made before they hashed the event as sent; events stored then are
-    # still recognised when re-delivered (``_same_event``).
+    # The validated model as JSON: the digest when the sent JSON is not at hand, and the one
+    # stored with events in databases written before ``sent`` was hashed, so a re-delivery
+    # of such an event is still recognised (``_same_event``).
     return event.model_dump_json().encode()
 
 

@@ -251,7 +251,8 @@ class Step(models.Model):
     reversibility = models.CharField(max_length=20, default="reversible")
     idempotency_key = models.CharField(max_length=250)
     undo = JSONTextField(default=dict)
-    """How the undo runs: {"kind": "client"} for mirrored sagas; server kinds come later."""
+    """How the undo runs: {"kind": "client"} for mirrored sagas, or one sagaboard runs
+    itself ({"kind": "handler" | "webhook" | "command" | "none", ...}: ``undo_kinds``)."""
     created_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)

@@ -35,13 +35,6 @@ def approvals_pending(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) 
     return approvals
 
 
-def approval_get(projects: Sequence[Project], pk: int) -> Approval | None:
-    found = _approvals(projects).filter(pk=pk).first()
-    if found is not None:
-        _attach_failed_steps([found])
-    return found
-
-
 def approvals_for_step(projects: Sequence[Project], saga_pk: int, step_id: str) -> list[Approval]:
     approvals = list(
         _approvals(projects).filter(saga_id=saga_pk, step__step_id=step_id).order_by("pk")

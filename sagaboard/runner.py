@@ -51,8 +51,8 @@ log = logging.getLogger("sagaboard.runner")
 class TaskRows:
     """What one task reads once: the saga's steps (with attempts) and the enabled policies.
 
-    The approval round trip used to read the step four times and the policies twice
-    before an undo could start. The policies are read again after each undo (which
+    Read once, so the approval round trip does not read the step and the policies again
+    at each stage before an undo starts. The policies are read again after each undo (which
     may take a while), so a policy switched on during a long rollback still applies
     to the undos after it.
     """

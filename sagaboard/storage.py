@@ -1,6 +1,6 @@
 """``DjangoStore``: undo_core's ``SagaStore`` on the ORM, scoped to one project.
 
-A saga run inside the server (a Celery worker, later) persists through this
+A saga run inside the server (by a Celery worker) persists through this
 store with undo_core's own state machine; the ingestion API writes mirrored
 transitions through the same ``apply_change``. Every change is one
 transaction: the saga row (locked), the step row, new attempts, one event.

@@ -123,14 +123,6 @@ def identifier_problem(value: str) -> str | None:
     return None
 
 
-def check_identifier(value: str) -> str:
-    """``value`` if it is a valid identifier; ``TextRefused`` naming why not."""
-    problem = identifier_problem(value)
-    if problem is not None:
-        raise TextRefused(problem)
-    return value
-
-
 def text_problem(value: str) -> str | None:
     """Why free text cannot be stored as sent (NUL, a lone surrogate), or None."""
     if "\x00" in value:
@@ -140,13 +132,6 @@ def text_problem(value: str) -> str | None:
         if surrogate is not None:
             return f"holds a lone surrogate ({describe(surrogate.group())}), which is not UTF-8"
     return None
-
-
-def check_text(value: str) -> str:
-    problem = text_problem(value)
-    if problem is not None:
-        raise TextRefused(problem)
-    return value
 
 
 def has_visible(value: str) -> bool:
@@ -168,13 +153,6 @@ def name_problem(value: str) -> str | None:
     if (not value.isascii() or not value.strip()) and not has_visible(value):
         return "must not be blank (it holds no visible character)"
     return None
-
-
-def check_name(value: str) -> str:
-    problem = name_problem(value)
-    if problem is not None:
-        raise TextRefused(problem)
-    return value
 
 
 def json_problem(value: Any) -> TextRefused | None:

@@ -23,9 +23,6 @@ OUTCOME_CHOICES = [
     (RollbackOutcome.WITH_EXCEPTIONS.value, "with exceptions (rejected, resolved, left, in doubt)"),
 ]
 SINCE = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
-SINCE_CHOICES = [
-    ("", "any time"), ("1h", "last hour"), ("24h", "last 24 hours"), ("7d", "last 7 days"),
-]  # fmt: skip
 
 
 @login_required

@@ -6,10 +6,13 @@ different folders may share a name. Django settings come from `sagaboard.setting
 """
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
+from django.test import override_settings
 
 # Helper modules that sit beside the tests (tests/sagaboard/agent_runs.py) import by name.
 sys.path.insert(0, str(Path(__file__).parent / "sagaboard"))
@@ -32,6 +35,21 @@ def _demo_undos_registered() -> Any:
 
     modules = [*settings.SAGABOARD_COMPENSATION_MODULES, DEMO_COMPENSATIONS]
     with override_settings(SAGABOARD_COMPENSATION_MODULES=list(dict.fromkeys(modules))):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _cheap_password_hashes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Passwords set during a test are hashed with MD5: the production hasher (PBKDF2, over
+    a million rounds) takes half a second per user created or logged in, and most tests
+    create several. Logging in still checks the password; hashes made with the configured
+    hashers (by module fixtures) still verify. Not for tests marked ``slow``: their servers
+    run in subprocesses with the production hashers and must read the users made here."""
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    md5 = "django.contrib.auth.hashers.MD5PasswordHasher"
+    with override_settings(PASSWORD_HASHERS=[md5, *settings.PASSWORD_HASHERS]):
         yield
 
 

@@ -36,6 +36,7 @@ def run_demo(name: str, *args: str, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # the demo runs in a subprocess
 def test_storebot_rolls_back_the_refund_then_the_return() -> None:
     out = run_demo("storebot")
     assert (
@@ -52,6 +53,7 @@ def test_storebot_rolls_back_the_refund_then_the_return() -> None:
     assert "DB: item #882 is active; Stripe: 0 refund(s) outstanding" in out
 
 
+@pytest.mark.slow  # the demo runs in a subprocess
 def test_checkout_completes_one_order_and_rolls_back_the_other() -> None:
     out = run_demo("checkout")
     first, second = out.split("Order 2:")
@@ -67,6 +69,7 @@ def test_checkout_completes_one_order_and_rolls_back_the_other() -> None:
     assert "Inventory abc: 9 (10 - 1 sold); charges kept: ch_1" in out
 
 
+@pytest.mark.slow  # the demo runs in a subprocess
 def test_crash_recovery_kills_the_agent_and_a_second_process_undoes_once(tmp_path: Path) -> None:
     db = tmp_path / "sagas.sqlite3"
     out = run_demo("crash_recovery", "--db", str(db))
@@ -85,6 +88,7 @@ def test_crash_recovery_kills_the_agent_and_a_second_process_undoes_once(tmp_pat
     assert db.exists()
 
 
+@pytest.mark.slow  # the demo runs in a subprocess
 def test_url_without_a_token_is_refused_before_anything_runs() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "undo_core.demos.storebot", "--url", "http://127.0.0.1:9"],

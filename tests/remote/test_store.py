@@ -553,6 +553,7 @@ async def test_an_async_saga_mirrors_inside_async_with(fake: Any) -> None:
     assert store.stats()["queued"] == 0
 
 
+@pytest.mark.slow  # imports in a subprocess
 def test_undo_core_does_not_import_the_sdk_nor_the_sdk_django() -> None:
     code = (
         "import sys, undo_core; assert 'undo_core.remote' not in sys.modules; "

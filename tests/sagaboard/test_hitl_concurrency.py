@@ -49,6 +49,7 @@ from sagaboard.undo_kinds import compensation
 from undo_core import LeaseError, UndoContext
 
 pytestmark = [
+    pytest.mark.slow,  # threads racing on real transactions
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("record_verified"),
     pytest.mark.record_rewritten("step.undo"),  # stuck(), running_undo(): another handler

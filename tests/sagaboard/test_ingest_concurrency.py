@@ -14,7 +14,11 @@ from sagaboard.ingest import IngestError, events_ingest
 from sagaboard.models import Event, Project, Saga
 from sagaboard.schemas import EventBatchIn
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("record_verified")]
+pytestmark = [
+    pytest.mark.slow,  # threads racing on real transactions
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("record_verified"),
+]
 
 
 def post_with_retries(project: Project, events: list[Any], outcomes: list[Any]) -> None:

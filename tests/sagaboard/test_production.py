@@ -89,6 +89,7 @@ def test_log_lines_about_a_saga_carry_its_ids_as_json() -> None:
     assert (line["saga_id"], line["step_id"]) == ("storebot-1", "step-2")
 
 
+@pytest.mark.slow  # settings loaded in a subprocess
 def test_the_production_settings_pass_the_deploy_checks() -> None:
     env = {
         **os.environ,
@@ -105,6 +106,7 @@ def test_the_production_settings_pass_the_deploy_checks() -> None:
     assert "no issues" in done.stdout
 
 
+@pytest.mark.slow  # settings loaded in a subprocess
 def test_a_short_secret_key_is_refused() -> None:
     env = {**os.environ, "SAGABOARD_SECRET_KEY": "short"}
     done = subprocess.run(

@@ -266,6 +266,7 @@ def renumbered(event: dict[str, Any], accepted: list[dict[str, Any]]) -> dict[st
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+@pytest.mark.slow  # property-based: many generated runs
 @given(data=st.data(), run=st.sampled_from(sorted(RUNS)))
 def test_the_stored_record_is_always_the_replay_of_the_accepted_events(
     post: Any, runs: dict[str, list[dict[str, Any]]], settings: Any, data: Any, run: str

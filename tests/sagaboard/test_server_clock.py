@@ -450,6 +450,7 @@ def test_the_migration_fills_the_servers_times_from_the_event_log(world: dict[st
     assert saga.steps.get().changed_at == step_events[0].recorded_at
 
 
+@pytest.mark.slow  # settings loaded in a subprocess
 def test_a_bad_clock_skew_setting_stops_the_start_naming_the_variable() -> None:
     env = {**os.environ, "SAGABOARD_CLOCK_SKEW": "soon"}
     done = subprocess.run(

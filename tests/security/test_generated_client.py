@@ -33,7 +33,7 @@ from sagaboard import operations
 from sagaboard.models import Project, Step
 from sagaboard.tokens import token_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]  # generates a client in a subprocess
 
 PACKAGE = "sagaboard_generated_client"
 

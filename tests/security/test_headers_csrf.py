@@ -340,6 +340,7 @@ def production() -> dict[str, Any]:
     return production_settings()
 
 
+@pytest.mark.slow  # production settings read in a subprocess
 def test_https_turns_on_secure_cookies_hsts_and_the_redirect(production: dict[str, Any]) -> None:
     assert production["SECURE_SSL_REDIRECT"] is True
     assert production["SESSION_COOKIE_SECURE"] is True and production["CSRF_COOKIE_SECURE"]
@@ -350,6 +351,7 @@ def test_https_turns_on_secure_cookies_hsts_and_the_redirect(production: dict[st
     assert production["X_FRAME_OPTIONS"] == "DENY"
 
 
+@pytest.mark.slow  # production settings read in a subprocess
 def test_the_csp_allows_no_inline_script_no_eval_and_no_framing(
     production: dict[str, Any],
 ) -> None:
@@ -378,6 +380,7 @@ def pages(world: World) -> list[str]:
     )
 
 
+@pytest.mark.slow  # production settings read in a subprocess
 def test_every_page_carries_the_security_headers_over_https(
     world: World, production: dict[str, Any], settings: Any
 ) -> None:
@@ -404,6 +407,7 @@ def test_every_page_carries_the_security_headers_over_https(
     assert plain.status_code == 301 and plain["Location"].startswith("https://")
 
 
+@pytest.mark.slow  # production settings read in a subprocess
 def test_the_session_and_csrf_cookies_are_secure_httponly_and_lax_over_https(
     world: World, production: dict[str, Any], settings: Any
 ) -> None:

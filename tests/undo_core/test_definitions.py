@@ -214,6 +214,7 @@ def test_the_saga_methods_have_their_fixed_names() -> None:
             assert callable(getattr(cls, method)), (cls, method)
 
 
+@pytest.mark.slow  # imports in a subprocess
 def test_undo_core_imports_no_framework() -> None:
     code = (
         "import sys, undo_core, undo_core.testing; "

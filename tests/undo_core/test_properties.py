@@ -11,6 +11,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -242,6 +243,7 @@ def check_rollback_properties(o: Outcome, mode: str) -> None:
             assert err.failed_comp_step_name is None
 
 
+@pytest.mark.slow  # property-based: many generated runs
 @SETTINGS
 @given(specs_=spec_lists, mode=modes, rollback_when_all_succeed=st.booleans())
 def test_sync_saga_rollback_rules_hold_for_any_tool_sequence(
@@ -251,6 +253,7 @@ def test_sync_saga_rollback_rules_hold_for_any_tool_sequence(
     check_rollback_properties(o, mode)
 
 
+@pytest.mark.slow  # property-based: many generated runs
 @SETTINGS
 @given(specs_=spec_lists, mode=modes, rollback_when_all_succeed=st.booleans())
 def test_second_rollback_calls_no_undo_and_changes_nothing(
@@ -272,6 +275,7 @@ def test_second_rollback_calls_no_undo_and_changes_nothing(
     assert report == report_before
 
 
+@pytest.mark.slow  # property-based: many generated runs
 @SETTINGS
 @given(specs_=spec_lists, mode=modes)
 def test_an_ended_saga_refuses_new_steps_without_calling_the_tool(
@@ -288,6 +292,7 @@ def test_an_ended_saga_refuses_new_steps_without_calling_the_tool(
     assert o.world.log == log_before
 
 
+@pytest.mark.slow  # property-based: many generated runs
 @ASYNC_SETTINGS
 @given(specs_=spec_lists, mode=modes, rollback_when_all_succeed=st.booleans())
 def test_async_saga_rollback_rules_hold_for_any_tool_sequence(
@@ -314,6 +319,7 @@ operations = st.lists(
 )
 
 
+@pytest.mark.slow  # property-based: many generated runs
 @SETTINGS
 @given(ops=operations, mode=modes)
 def test_manual_flow_rollback_undoes_only_marked_completed_steps_newest_first(
