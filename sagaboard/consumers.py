@@ -63,10 +63,17 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         self.user = user
         self.session_key, self.session_tag = session_key, session_tag(session_key)
         # The user's group first: a revocation committed from here on reaches this socket,
-        # and one committed before is already in what is read next.
+        # and one committed before is already in what is read next: the session and the
+        # projects, read again after joining (the handshake read the session before it).
         self.groups = (user_group(user.pk),)
         await self.channel_layer.group_add(self.groups[0], self.channel_name)
-        self.projects = await _project_pks(user)
+        access = await _access_of(session_key)
+        if access.user is None or access.user.pk != user.pk:
+            await self._leave_groups()
+            await self.accept()
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        self.projects = sorted(access.projects)
         if self.view.saga_pk is not None:
             # A saga page shows one project: only its events, only its membership matters.
             saga_project = await _saga_project(self.view.saga_pk)
@@ -214,11 +221,6 @@ class _View:
         view = cls(int(saga) if saga.isdigit() else None, params.get("list") == "1", filters)
         view.queue, view.attention = params.get("queue") == "1", params.get("attention") == "1"
         return view
-
-
-@database_sync_to_async
-def _project_pks(user: Any) -> list[int]:
-    return [p.pk for p in selectors.projects_for_user(user)]
 
 
 @database_sync_to_async

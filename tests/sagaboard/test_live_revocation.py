@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
@@ -290,6 +291,8 @@ async def test_the_tabs_of_one_session_share_one_check_per_revocation(
 
     monkeypatch.setattr("sagaboard.consumers.access_for_sessions", counting)
     tabs = [await open_feed(world, "list") for _ in range(5)]
+    assert checked == [{world["cookie"]}] * 5  # each tab checks its session as it joins
+    checked.clear()
     await change(lambda w: w["alice"].save())(world)  # a re-check that keeps them all
     for tab in tabs:
         assert await tab.receive_nothing(timeout=0.2)
@@ -312,3 +315,26 @@ async def test_a_recheck_that_fails_closes_the_feed_for_the_browser_to_reconnect
         "code": 1013,  # "try again later": htmx's websocket extension reconnects
     }
     await comm.disconnect()
+
+
+async def test_a_session_ended_while_the_socket_joins_is_closed_at_once(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handshake read the session before the socket joined its groups: a logout in
+    between (its message sent before the join) is caught by the check after the join."""
+
+    layer = get_channel_layer()
+    group_add = layer.group_add
+
+    async def logged_out_meanwhile(group: str, channel: str) -> None:
+        await change(lambda w: Session.objects.filter(session_key=w["cookie"]).delete())(world)
+        await group_add(group, channel)
+
+    monkeypatch.setattr(layer, "group_add", logged_out_meanwhile)
+    comm = feed("list=1", world["cookie"])
+    connected, _ = await comm.connect()
+    assert connected  # accepted, then closed with the code (not an HTTP 403)
+    assert await comm.receive_output(timeout=PUSHED_WITHIN) == {
+        "type": "websocket.close",
+        "code": 4401,
+    }
