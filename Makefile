@@ -55,7 +55,7 @@ run: install
 	@echo ""
 	@$(VPY) -m celery -A sagaboard worker -B --pool=solo \
 		--loglevel=warning & worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
-	$(VPY) -m uvicorn sagaboard.asgi:application --host $(firstword $(subst :, ,$(HOST_PORT))) --port $(lastword $(subst :, ,$(HOST_PORT))) --reload
+	$(VPY) -m uvicorn sagaboard.config.asgi:application --host $(firstword $(subst :, ,$(HOST_PORT))) --port $(lastword $(subst :, ,$(HOST_PORT))) --reload
 
 lint: install
 	$(VPY) -m ruff check .

@@ -70,7 +70,7 @@ def pct(samples: list[float], q: float) -> float:
 def main() -> None:
     import django
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sagaboard.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sagaboard.config.settings")
     django.setup()
     for line in sys.stdin:
         samples = asyncio.run(round_trips(int(line)))

@@ -148,7 +148,7 @@ class Site:
 
     def gated_sagas(self, count: int) -> list[tuple[int, str, int]]:
         """``count`` new sagas, each waiting in the queue: (approval pk, saga id, saga pk)."""
-        from sagaboard import sagas
+        from sagaboard.domain import manual_flow
         from sagaboard.models import Approval
 
         ids = []
@@ -157,16 +157,16 @@ class Site:
             sid = f"bench-{self.made:04d}"
             ids.append(sid)
             ev = {"project": self.project, "saga_id": sid}
-            sagas.saga_begin(**ev, event_id=uuid.uuid4().hex, name="bench-refund")
-            step = sagas.step_add(
+            manual_flow.saga_begin(**ev, event_id=uuid.uuid4().hex, name="bench-refund")
+            step = manual_flow.step_add(
                 **ev, event_id=uuid.uuid4().hex, tool_name="refund_payment",
                 input={"amount": 120, "currency": "EUR"},
                 undo={"kind": "handler", "handler": "bench.approved_undo"},
             )  # fmt: skip
-            sagas.step_complete(**ev, event_id=uuid.uuid4().hex, step_id=step,
+            manual_flow.step_complete(**ev, event_id=uuid.uuid4().hex, step_id=step,
                                 output={"refund": f"re_{sid}"})  # fmt: skip
             # Commits, then enqueues the worker's rollback_continue (transaction.on_commit).
-            sagas.saga_rollback_request(**ev, event_id=uuid.uuid4().hex, reason="bench",
+            manual_flow.saga_rollback_request(**ev, event_id=uuid.uuid4().hex, reason="bench",
                                         actor=None)  # fmt: skip
         pending = Approval.objects.filter(
             saga__saga_id__in=ids, status=Approval.Status.PENDING

@@ -10,8 +10,8 @@
 
 import os
 
-from sagaboard.settings import *  # noqa: F403
-from sagaboard.settings import CELERY_BROKER_TRANSPORT_OPTIONS, CELERY_BROKER_URL
+from sagaboard.config.settings import *  # noqa: F403
+from sagaboard.config.settings import CELERY_BROKER_TRANSPORT_OPTIONS, CELERY_BROKER_URL
 
 CELERY_IMPORTS = ["benchmarks.approval_probes"]
 

@@ -10,7 +10,7 @@ steps. Each figure is measured ``--runs`` times, each run beside its floor:
   commits with the same pragmas (WAL, synchronous=NORMAL, BEGIN IMMEDIATE). A
   transition cannot be cheaper than one such commit, so "per transition" over it
   is what the store adds.
-* DjangoStore (``sagaboard.storage``, what the server and its workers use), on a
+* DjangoStore (``sagaboard.domain.django_store``, what the server and its workers use), on a
   migrated throw-away SQLite file and PostgreSQL database: floor, raw single-row
   commits on that database (``sqlite3`` with Django's pragmas, or ``psycopg``
   with its default server-side binding, as sagaboard's settings use). Each
@@ -180,7 +180,7 @@ def django_on(db: str, workdir: Path) -> Iterator[str]:
     with temp_database(db, workdir) as url:
         manage(url, "migrate", "--no-input", "-v0")
         # DEBUG off: no query log growing with every commit, as in production.
-        os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="sagaboard.settings",
+        os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="sagaboard.config.settings",
                           SAGABOARD_DEBUG="0", SAGABOARD_TASKS_EAGER="1")  # fmt: skip
         import django
 
@@ -194,8 +194,8 @@ def django_figures(db: str, args: argparse.Namespace) -> list[report.Figure]:
         from django.db import connection
         from django.test.utils import CaptureQueriesContext
 
+        from sagaboard.domain.django_store import DjangoStore
         from sagaboard.models import Project
-        from sagaboard.storage import DjangoStore
 
         project = Project.objects.create(slug="bench", name="Bench")
         store, floor = [], []

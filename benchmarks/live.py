@@ -68,12 +68,12 @@ def temp_database(kind: str, workdir: Path) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-DEMO_UNDOS = {"SAGABOARD_COMPENSATION_MODULES": "sagaboard.demo_compensations"}
+DEMO_UNDOS = {"SAGABOARD_COMPENSATION_MODULES": "sagaboard.demo.compensations"}
 """The demo's server-side undos (StoreBot's), which the runs here use with DEBUG on or off:
 every process started here registers them unless the caller's environment says otherwise."""
 
 
-def manage(database_url: str, *args: str, settings: str = "sagaboard.settings") -> str:
+def manage(database_url: str, *args: str, settings: str = "sagaboard.config.settings") -> str:
     env = {
         **DEMO_UNDOS,
         "SAGABOARD_DEBUG": "1",  # local tooling: demo data allowed (the caller's env wins)
@@ -107,7 +107,7 @@ class Server:
         self,
         database_url: str,
         *,
-        settings: str = "sagaboard.settings",
+        settings: str = "sagaboard.config.settings",
         debug: bool = False,
         env: dict[str, str] | None = None,
     ) -> None:
@@ -135,7 +135,7 @@ class Server:
             **self.extra_env,
         }
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "sagaboard.asgi:application",
+            [sys.executable, "-m", "uvicorn", "sagaboard.config.asgi:application",
              "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning",
              "--no-access-log"],
             cwd=ROOT, env=env,

@@ -202,7 +202,7 @@ class ChannelFloor:
         env = {
             **os.environ,
             "PYTHONPATH": path,
-            "DJANGO_SETTINGS_MODULE": "sagaboard.settings",
+            "DJANGO_SETTINGS_MODULE": "sagaboard.config.settings",
             "SAGABOARD_DEBUG": "1",  # settings without a secret key; the layer is the same
             "DATABASE_URL": the_site.database_url,
             "REDIS_URL": the_site.redis_url,

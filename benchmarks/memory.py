@@ -117,7 +117,7 @@ def one_run(db: str, sagas: int, bound: float) -> dict[str, float]:
             **os.environ,
             **env,
             "DATABASE_URL": url,
-            "DJANGO_SETTINGS_MODULE": "sagaboard.settings",
+            "DJANGO_SETTINGS_MODULE": "sagaboard.config.settings",
             "SAGABOARD_DEBUG": "0",
         }
         worker = Worker("memory", worker_env, tmp, beat=True)

@@ -295,7 +295,7 @@ class Filler:
     """
 
     def __init__(self) -> None:
-        from sagaboard.bulk import Table
+        from sagaboard.domain.ingest_bulk import Table
         from sagaboard.models import Approval, Event, Project, Saga, Step
 
         self.Table = Table
@@ -309,7 +309,7 @@ class Filler:
     def cursor_half_way(self) -> str:
         """The saga list's cursor for the page that starts half-way down the whole list."""
         from sagaboard.models import Saga
-        from sagaboard.selectors import encode_cursor
+        from sagaboard.selectors.visible import encode_cursor
 
         middle = Saga.objects.filter(project=self.project).order_by("-changed_at", "-id")
         return encode_cursor(middle[self.sagas // 2])

@@ -16,8 +16,8 @@ from django.template import engines
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
+from sagaboard.config.urls import urlpatterns as sagaboard_urls
 from sagaboard.models import Saga
-from sagaboard.urls import urlpatterns as sagaboard_urls
 
 _created = False
 _PAGE = engines["django"].from_string(

@@ -1,3 +1,3 @@
-from sagaboard.celery import app as celery_app
+from sagaboard.config.celery import app as celery_app
 
 __all__ = ["celery_app"]

@@ -1,3 +1,12 @@
+"""The app's composition root: where the layers are wired together once Django is ready.
+
+Each layer knows only the layers below it (docs/architecture.md). What crosses the
+other way, a lower layer telling a higher one that something happened, goes through a
+signal that is connected here: the store's "an undo failed" reaches the notifications'
+outbox, a logout reaches the open websockets. Imports sit inside ``ready`` because
+models and signals may only be imported once the app registry is ready.
+"""
+
 from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
 
@@ -15,12 +24,15 @@ class SagaboardConfig(AppConfig):
         from django.db.backends.signals import connection_created
         from django.db.models.signals import m2m_changed, post_delete, post_save
 
-        from sagaboard import live_access
-        from sagaboard.local_files import prepare_folders
-        from sagaboard.login_guard import login_failed, login_succeeded
+        import sagaboard.web.admin
+        import sagaboard.worker.tasks  # noqa: F401  (``jobs`` finds tasks by name in every process)
+        from sagaboard.config.local_files import prepare_folders
+        from sagaboard.domain import django_store, notifications
+        from sagaboard.domain.login_guard import login_failed, login_succeeded
+        from sagaboard.infra.rate_limits import parse_rate
+        from sagaboard.infra.sqlite_wal import keep_wal_open
+        from sagaboard.live import access
         from sagaboard.models import Project
-        from sagaboard.rate_limits import parse_rate
-        from sagaboard.sqlite_wal import keep_wal_open
 
         # The embedded default's folders (SQLite, static, broker): made here, not at import.
         prepare_folders(settings)
@@ -33,25 +45,32 @@ class SagaboardConfig(AppConfig):
         user_login_failed.connect(login_failed, dispatch_uid="sagaboard.login_failed")
         user_logged_in.connect(login_succeeded, dispatch_uid="sagaboard.login_succeeded")
         connection_created.connect(keep_wal_open, dispatch_uid="sagaboard.sqlite_wal")
-        # Open websockets follow permissions as they change (live_access: pushed revocations).
+        # The store announces; the outbox listens (an outbox row in the write's transaction).
+        django_store.undo_failed.connect(
+            notifications.notify_rollback_failed, dispatch_uid="sagaboard.notify_undo_failed"
+        )
+        django_store.rollback_ended.connect(
+            notifications.notify_rolled_back, dispatch_uid="sagaboard.notify_rolled_back"
+        )
+        # Open websockets follow permissions as they change (live.access: pushed revocations).
         user = get_user_model()
-        user_logged_out.connect(live_access.on_logged_out, dispatch_uid="sagaboard.live_logout")
-        post_save.connect(live_access.on_user_saved, sender=user, dispatch_uid="sagaboard.live_u")
+        user_logged_out.connect(access.on_logged_out, dispatch_uid="sagaboard.live_logout")
+        post_save.connect(access.on_user_saved, sender=user, dispatch_uid="sagaboard.live_u")
         post_delete.connect(
-            live_access.on_user_deleted, sender=user, dispatch_uid="sagaboard.live_u_del"
+            access.on_user_deleted, sender=user, dispatch_uid="sagaboard.live_u_del"
         )
         post_delete.connect(
-            live_access.on_project_deleted, sender=Project, dispatch_uid="sagaboard.live_p_del"
+            access.on_project_deleted, sender=Project, dispatch_uid="sagaboard.live_p_del"
         )
         m2m_changed.connect(
-            live_access.on_members_changed,
+            access.on_members_changed,
             sender=Project.members.through,
             dispatch_uid="sagaboard.live_members",
         )
         for through in (user.groups.through, user.user_permissions.through,
                         Group.permissions.through):  # fmt: skip
             m2m_changed.connect(
-                live_access.on_groups_changed, sender=through, dispatch_uid=f"sagaboard.{through}"
+                access.on_groups_changed, sender=through, dispatch_uid=f"sagaboard.{through}"
             )
 
 

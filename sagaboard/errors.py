@@ -3,7 +3,7 @@
 A service (ingestion, the manual flow, decisions, approvals, operators' actions)
 says *why* it refuses: a stable ``code``, a ``message`` for a person, the ``field``
 at fault and the HTTP ``status`` that fits. The API answers every one the same way
-(``sagaboard.api_errors``: ``{"error": body()}`` with its status and ``headers``), and
+(``sagaboard.api.errors``: ``{"error": body()}`` with its status and ``headers``), and
 the pages show its ``message`` with its ``status``; neither keeps its own table.
 
 Subclasses name where a refusal comes from, and keep their callers' signatures:

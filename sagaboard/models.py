@@ -1,8 +1,8 @@
 """sagaboard's tables: projects and their tokens, sagas, steps, attempts, the event log, audit.
 
 Sagas, steps and attempts mirror undo_core's records field for field; the
-transition rules are undo_core's own (``sagaboard.storage.DjangoStore`` and
-``sagaboard.ingest`` call them), never a second copy here.
+transition rules are undo_core's own (``sagaboard.domain.django_store.DjangoStore`` and
+``sagaboard.domain.ingest`` call them), never a second copy here.
 
 Agent-supplied values (inputs, outputs, metadata, declarative state) are kept
 as JSON *text*: it round-trips any JSON exactly on every database (PostgreSQL's
@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from sagaboard import clock
+from sagaboard.infra import clock
 from undo_core import (
     AttemptOutcome,
     Reversibility,
@@ -165,7 +165,8 @@ class Saga(models.Model):
     )
     """How its rollback came to rest (``undo_core.assess_rollback``); NULL while none has.
 
-    Kept by every write path (``sagaboard.rollback_outcomes``), so lists can filter and count by it.
+    Kept by every write path (``sagaboard.selectors.rollback_outcomes``), so lists can
+    filter and count by it.
     """
     outcome_summary = models.CharField(max_length=200, blank=True, default="", db_default="")
     """The exceptions counted by kind, e.g. "1 rejected" ('' for none)."""
@@ -393,7 +394,7 @@ class ApprovalPolicy(models.Model):
     """An admin's rule for which undos need a person, how many people, and for how long.
 
     Matched on the tool name (a glob) and an optional condition on the step's
-    input or output (``input.amount > 100``, see ``sagaboard.conditions``).
+    input or output (``input.amount > 100``, see ``sagaboard.domain.conditions``).
     Editing a policy bumps ``version``; approvals keep the version they were
     created under, so a change applies only to approvals created after it.
     """

@@ -1,7 +1,7 @@
 """Shared pytest configuration for the whole suite.
 
 Tests run with `--import-mode=importlib` and without `__init__.py` files, so test modules in
-different folders may share a name. Django settings come from `sagaboard.settings`
+different folders may share a name. Django settings come from `sagaboard.config.settings`
 (see `[tool.pytest.ini_options]` in pyproject.toml); DATABASE_URL picks the database.
 """
 
@@ -31,7 +31,7 @@ def _demo_undos_registered() -> Any:
     from django.conf import settings
     from django.test import override_settings
 
-    from sagaboard.demo import DEMO_COMPENSATIONS
+    from sagaboard.demo.flows import DEMO_COMPENSATIONS
 
     modules = [*settings.SAGABOARD_COMPENSATION_MODULES, DEMO_COMPENSATIONS]
     with override_settings(SAGABOARD_COMPENSATION_MODULES=list(dict.fromkeys(modules))):
@@ -55,7 +55,7 @@ def _cheap_password_hashes(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _rate_limit_counts_start_at_zero() -> None:
-    """Rate-limit counters (sagaboard.rate_limits) live in the cache, which in one test
+    """Rate-limit counters (sagaboard.infra.rate_limits) live in the cache, which in one test
     process outlives a test: each test starts with none, or a suite's wrong passwords and
     bad tokens would add up to a 429 in an unrelated test. Local-memory cache only: a
     Redis cache is shared with others and never flushed here."""
@@ -77,7 +77,9 @@ def record_verified(request: pytest.FixtureRequest) -> Any:
     undo plan) names them with ``@pytest.mark.record_rewritten("step.undo")``: those
     differences are expected, any other still fails it."""
     yield
-    from sagaboard.verify import verify  # here, as above: the Django-free suites share this file
+    from sagaboard.domain.verify import (
+        verify,  # here, as above: the Django-free suites share this file
+    )
 
     marker = request.node.get_closest_marker("record_rewritten")
     allowed = set(marker.args) if marker is not None else set()

@@ -1,7 +1,7 @@
 """Human in the loop, end to end, in real headless Chromium (Debian's, driven by Playwright):
 a real uvicorn server and a real Celery worker (Redis broker) on a throw-away database.
 
-The StoreBot saga run by sagaboard (``sagaboard.demo.storebot_server_saga``): return_item,
+The StoreBot saga run by sagaboard (``sagaboard.demo.flows.storebot_server_saga``): return_item,
 refund_payment (its undo needs approval), generate_label fails and the rollback is
 requested; return_item's undo fails its first attempt. An approver (ann) watches the
 approval queue: the refund's undo appears live once the worker reaches it, she approves
@@ -65,7 +65,7 @@ def make_saga(saga_id: str, *, return_fails_first: int) -> str:
     """Code for manage.py shell: the saga, whose rollback request enqueues the worker's task
     when its transaction commits."""
     return (
-        "from sagaboard.demo import storebot_server_saga\n"
+        "from sagaboard.demo.flows import storebot_server_saga\n"
         "from sagaboard.models import Project\n"
         f"storebot_server_saga(Project.objects.get(slug={PROJECT!r}), {saga_id!r}, "
         f"return_fails_first={return_fails_first})\n"
@@ -134,7 +134,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         env = {
             **DEMO_UNDOS,
             "DATABASE_URL": url,
-            "DJANGO_SETTINGS_MODULE": "sagaboard.settings",
+            "DJANGO_SETTINGS_MODULE": "sagaboard.config.settings",
             "CELERY_BROKER_URL": REDIS_URL,
             "SAGABOARD_TASKS_EAGER": "0",  # the worker runs the undos, not whoever enqueues
             "SAGABOARD_SECRET_KEY": os.environ.get(

@@ -1,7 +1,7 @@
 """Statuses and plans say what will really happen, in real headless Chromium (Debian's, driven
 by Playwright) against a real uvicorn server (undos run in the server process: no worker).
 
-Three StoreBot sagas run by sagaboard (``sagaboard.demo.storebot_server_saga``): one whose
+Three StoreBot sagas run by sagaboard (``sagaboard.demo.flows.storebot_server_saga``): one whose
 refund undo an approver rejected, one rolled back cleanly, and one stored with a refund undo
 of kind ``client`` (which only an agent can run; the API refuses such a step today, so it is
 written into the database as a saga kept from before) waiting for approval. An approver (ann)
@@ -36,8 +36,8 @@ CLIENT_UNDO = "cannot run here: a 'client' undo runs in the agent's own process"
 MAKE_SAGAS = f"""
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from sagaboard import approvals, runner
-from sagaboard.demo import storebot_server_saga
+from sagaboard.domain import approvals, runner
+from sagaboard.demo.flows import storebot_server_saga
 from sagaboard.models import Approval, Project, Saga, Step
 
 project = Project.objects.create(slug="shop", name="Shop")

@@ -26,7 +26,7 @@ WORKER = """
 import json
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from sagaboard import approvals, runner
+from sagaboard.domain import approvals, runner
 from sagaboard.models import Approval, Saga
 
 saga = Saga.objects.get(saga_id=SID)

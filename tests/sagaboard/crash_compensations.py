@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sagaboard.undo_kinds import compensation
+from sagaboard.domain.undo_kinds import compensation
 from undo_core import UndoContext
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 
-from sagaboard import sagas
+from sagaboard.domain import manual_flow
 from sagaboard.models import Project, Saga
 
 
@@ -20,27 +20,27 @@ def _eid() -> str:
 
 def main(saga_id: str = "crash-1") -> None:
     project = Project.objects.create(slug="crash", name="Crash")
-    sagas.saga_begin(project=project, event_id=_eid(), name="checkout", saga_id=saga_id)
+    manual_flow.saga_begin(project=project, event_id=_eid(), name="checkout", saga_id=saga_id)
     undo = {"kind": "handler", "handler": "crashtest.undo"}
     for tool, given, output in (
         ("reserve_stock", {"sku": "SKU-1"}, {"hold": "H-1"}),
         ("charge_card", {"amount": 40}, {"charge": "ch_1"}),
     ):
-        step_id = sagas.step_add(
+        step_id = manual_flow.step_add(
             project=project, event_id=_eid(), saga_id=saga_id, tool_name=tool, input=given,
             undo=undo,
         )  # fmt: skip
-        sagas.step_complete(
+        manual_flow.step_complete(
             project=project, event_id=_eid(), saga_id=saga_id, step_id=step_id, output=output
         )
-    ship = sagas.step_add(
+    ship = manual_flow.step_add(
         project=project, event_id=_eid(), saga_id=saga_id, tool_name="ship", input={},
         undo={"kind": "none"},
     )  # fmt: skip
-    sagas.step_fail(
+    manual_flow.step_fail(
         project=project, event_id=_eid(), saga_id=saga_id, step_id=ship, error="carrier down"
     )
-    sagas.saga_rollback_request(
+    manual_flow.saga_rollback_request(
         project=project, event_id=_eid(), saga_id=saga_id, reason="shipping failed", actor=None
     )
     saga = Saga.objects.get(project=project, saga_id=saga_id)

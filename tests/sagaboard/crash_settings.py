@@ -6,6 +6,6 @@ Workers, the beat and the shell that requests the rollback all send to and read 
 
 import os
 
-from sagaboard.settings import *  # noqa: F403
+from sagaboard.config.settings import *  # noqa: F403
 
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("SAGABOARD_TEST_QUEUE", "celery")

@@ -9,10 +9,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
-from sagaboard import runner, sagas
-from sagaboard.demo import storebot_server_saga
+from sagaboard.demo.flows import storebot_server_saga
+from sagaboard.domain import manual_flow, runner
+from sagaboard.domain.roles import roles_sync
 from sagaboard.models import Approval, Project, Saga, Step
-from sagaboard.roles import roles_sync
 
 __all__ = ["one_step_saga", "person", "states", "storebot_server_saga"]
 
@@ -38,15 +38,15 @@ def one_step_saga(project: Project, undo: dict[str, Any], saga_id: str = "k-1") 
     def eid() -> str:
         return f"{saga_id}-{next(n)}"
 
-    sagas.saga_begin(project=project, event_id=eid(), name="ops", saga_id=saga_id)
-    step = sagas.step_add(
+    manual_flow.saga_begin(project=project, event_id=eid(), name="ops", saga_id=saga_id)
+    step = manual_flow.step_add(
         project=project, event_id=eid(), saga_id=saga_id, tool_name="create_ticket",
         input={"title": "disk full"}, undo=undo,
     )  # fmt: skip
-    sagas.step_complete(
+    manual_flow.step_complete(
         project=project, event_id=eid(), saga_id=saga_id, step_id=step, output={"id": "T-9"}
     )
-    sagas.saga_rollback_request(
+    manual_flow.saga_rollback_request(
         project=project, event_id=eid(), saga_id=saga_id, reason="test", actor=None
     )
     return Saga.objects.get(project=project, saga_id=saga_id)

@@ -16,11 +16,11 @@ from django.db import connection
 from django.test import Client
 from hitl import person, storebot_server_saga
 
-from sagaboard import approvals, operations
+from sagaboard.domain import approvals, operator_actions
+from sagaboard.domain.roles import roles_sync
+from sagaboard.domain.tokens import token_create
+from sagaboard.domain.undo_kinds import plan_for, plan_hash
 from sagaboard.models import Approval, ApprovalPolicy, AuditEntry, Project, Step
-from sagaboard.roles import roles_sync
-from sagaboard.tokens import token_create
-from sagaboard.undo_kinds import plan_for, plan_hash
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 
@@ -221,7 +221,9 @@ def test_an_operators_retry_is_answered_then_acknowledged_once(
     api: Api, halted: Step, shop: Project
 ) -> None:
     olga = person("olga", "operator", shop)
-    operations.step_act(step_pk=halted.pk, user=olga, action="retry", reason="upstream is back")
+    operator_actions.step_act(
+        step_pk=halted.pk, user=olga, action="retry", reason="upstream is back"
+    )
     response, took = timed(lambda: api.get("/sagas/agent-2/steps/step-1/decision", wait=30))
     assert took < 2
     body = response.json()
@@ -253,7 +255,9 @@ def test_an_operators_retry_is_answered_then_acknowledged_once(
 
 def test_a_resolve_carries_the_operators_note(api: Api, halted: Step, shop: Project) -> None:
     olga = person("olga", "operator", shop)
-    operations.step_act(step_pk=halted.pk, user=olga, action="resolve", reason="restocked by hand")
+    operator_actions.step_act(
+        step_pk=halted.pk, user=olga, action="resolve", reason="restocked by hand"
+    )
     body = api.get("/sagas/agent-2/steps/step-1/decision").json()
     assert (body["action"], body["by"], body["reason"]) == (
         "resolve", "user:olga", "restocked by hand"
@@ -266,7 +270,9 @@ def test_leaving_a_step_failed_is_a_decision_with_nothing_to_acknowledge(
     api: Api, halted: Step, shop: Project
 ) -> None:
     olga = person("olga", "operator", shop)
-    operations.step_act(step_pk=halted.pk, user=olga, action="leave", reason="finance handles it")
+    operator_actions.step_act(
+        step_pk=halted.pk, user=olga, action="leave", reason="finance handles it"
+    )
     body = api.get("/sagas/agent-2/steps/step-1/decision", wait=5).json()
     assert (body["action"], body["by"], body["reason"]) == (
         "leave", "user:olga", "finance handles it"
@@ -427,7 +433,8 @@ def test_a_waiting_agent_hears_an_operators_retry_given_meanwhile(api: Api, shop
     step = Step.objects.get(saga__saga_id="live-2", step_id="step-1")
     olga = person("olga", "operator", shop)
     thread = later(
-        0.5, lambda: operations.step_act(step_pk=step.pk, user=olga, action="retry", reason="")
+        0.5,
+        lambda: operator_actions.step_act(step_pk=step.pk, user=olga, action="retry", reason=""),
     )
     response, took = timed(lambda: api.get("/sagas/live-2/steps/step-1/decision", wait=20))
     thread.join(10)

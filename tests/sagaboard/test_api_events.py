@@ -10,8 +10,8 @@ import pytest
 from agent_runs import storebot_events
 from django.test import Client
 
+from sagaboard.domain.tokens import token_create, token_revoke
 from sagaboard.models import Event, Project, Saga, Step
-from sagaboard.tokens import token_create, token_revoke
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 

@@ -6,9 +6,9 @@ import pytest
 from django.test import Client
 from hitl import person, storebot_server_saga
 
-from sagaboard import approvals, runner
+from sagaboard.domain import approvals, runner
+from sagaboard.domain.tokens import token_create
 from sagaboard.models import Approval, Project
-from sagaboard.tokens import token_create
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 

@@ -24,10 +24,10 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from hitl import person
 
-from sagaboard import approvals, runner, sagas, tasks
+from sagaboard.domain import approvals, jobs, manual_flow, runner
+from sagaboard.domain.roles import roles_sync
+from sagaboard.domain.undo_kinds import compensation
 from sagaboard.models import Approval, ApprovalPolicy, Project, Saga, Step
-from sagaboard.roles import roles_sync
-from sagaboard.undo_kinds import compensation
 from undo_core import UndoContext
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -100,12 +100,10 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Sagas whose rollback the code enqueued (recorded, not sent: no broker here)."""
     queued: list[int] = []
 
-    class Task:
-        def delay(self, pk: int) -> None:
-            queued.append(pk)
+    def record(name: str, pk: int, countdown: float | None = None) -> None:
+        queued.append(pk)
 
-    monkeypatch.setattr(tasks, "rollback_continue", Task())
-    monkeypatch.setattr(tasks, "notification_send", Task())
+    monkeypatch.setattr(jobs, "enqueue_now", record)
     return queued
 
 
@@ -118,13 +116,13 @@ def gated(sent: list[int]) -> tuple[Saga, Approval, Any]:
         project=project, name="refunds need a person", tool_glob="refund_*", updated_by="t"
     )
     ev = {"project": project, "saga_id": "refund-1"}
-    sagas.saga_begin(**ev, event_id="e1", name="refund")
-    step = sagas.step_add(
+    manual_flow.saga_begin(**ev, event_id="e1", name="refund")
+    step = manual_flow.step_add(
         **ev, event_id="e2", tool_name="refund_payment", input={"amount": 120},
         undo={"kind": "handler", "handler": HANDLER},
     )  # fmt: skip
-    sagas.step_complete(**ev, event_id="e3", step_id=step, output={"refund": "re_1"})
-    sagas.saga_rollback_request(**ev, event_id="e4", reason="label failed", actor=None)
+    manual_flow.step_complete(**ev, event_id="e3", step_id=step, output={"refund": "re_1"})
+    manual_flow.saga_rollback_request(**ev, event_id="e4", reason="label failed", actor=None)
     saga = Saga.objects.get(project=project, saga_id="refund-1")
     assert runner.rollback_continue(saga.pk) == "COMPENSATING"
     approval = Approval.objects.get(saga=saga, status=Approval.Status.PENDING)

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from hitl import person, states, storebot_server_saga
 
-from sagaboard import approvals, runner
-from sagaboard.approvals import DecisionRefused
+from sagaboard.domain import approvals, runner
+from sagaboard.domain.approvals import DecisionRefused
 from sagaboard.models import (
     ApiToken,
     Approval,

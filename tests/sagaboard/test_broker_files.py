@@ -1,4 +1,4 @@
-"""The embedded broker (sagaboard/broker_files.py): a worker never reads a message half-written."""
+"""The embedded broker (infra/broker_files.py): a worker never reads a message half-written."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kombu import Connection
 
-from sagaboard import broker_files
+from sagaboard.infra import broker_files
 
 
 @pytest.fixture

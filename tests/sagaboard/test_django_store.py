@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from sagaboard.domain.django_store import DjangoStore
 from sagaboard.models import Project
-from sagaboard.storage import DjangoStore
 
 _CONTRACT = Path(__file__).resolve().parents[1] / "undo_core" / "test_store_contract.py"
 _spec = importlib.util.spec_from_file_location("store_contract_for_django", _CONTRACT)

@@ -32,8 +32,10 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from hitl import person, storebot_server_saga
 
-from sagaboard import approvals, operations, runner, tasks
-from sagaboard.approvals import DecisionRefused
+from sagaboard.domain import approvals, jobs, operator_actions, runner
+from sagaboard.domain.approvals import DecisionRefused
+from sagaboard.domain.roles import roles_sync
+from sagaboard.domain.undo_kinds import compensation
 from sagaboard.models import (
     Approval,
     ApprovalPolicy,
@@ -44,8 +46,6 @@ from sagaboard.models import (
     Saga,
     Step,
 )
-from sagaboard.roles import roles_sync
-from sagaboard.undo_kinds import compensation
 from undo_core import LeaseError, UndoContext
 
 pytestmark = [
@@ -140,19 +140,15 @@ class Sent:
         return [pk for task, pk in self.calls if task == name]
 
 
-class _FakeTask:
-    def __init__(self, name: str, sent: list[tuple[str, int]]) -> None:
-        self.name, self.sent = name, sent
-
-    def delay(self, pk: int) -> None:
-        self.sent.append((self.name, pk))
-
-
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> Sent:
+    """What the services queued for a worker, by task (recorded, not sent)."""
     calls: list[tuple[str, int]] = []
-    for name in ("rollback_continue", "step_action_run", "notification_send"):
-        monkeypatch.setattr(tasks, name, _FakeTask(name, calls))
+
+    def record(name: str, pk: int, countdown: float | None = None) -> None:
+        calls.append((name.rsplit(".", 1)[-1], pk))
+
+    monkeypatch.setattr(jobs, "enqueue_now", record)
     return Sent(calls)
 
 
@@ -389,7 +385,9 @@ def test_a_double_clicked_retry_is_asked_once_and_two_workers_run_the_undo_once(
     olga = person("olga", "operator", shop)
     sent.calls.clear()
     clicks = race(*[
-        lambda: operations.step_act(step_pk=step.pk, user=fresh(olga), action="retry", reason="")
+        lambda: operator_actions.step_act(
+            step_pk=step.pk, user=fresh(olga), action="retry", reason=""
+        )
         for _ in range(2)
     ])  # fmt: skip
     assert sum(r.error is None for r in clicks) == 1, clicks
@@ -431,7 +429,7 @@ def test_two_workers_released_at_once_on_a_retry_run_the_undo_once(
     olga = person("olga", "operator", shop)
     for round_ in range(5):
         _, step = stuck(shop, f"retry-race-{round_}")
-        operations.step_act(step_pk=step.pk, user=olga, action="retry", reason="")
+        operator_actions.step_act(step_pk=step.pk, user=olga, action="retry", reason="")
         before = probe.calls(None)
         results = race(*[lambda pk=step.pk: runner.step_action_run(pk) for _ in range(2)])
         for r in results:
@@ -507,7 +505,7 @@ def test_a_retry_while_the_first_attempt_runs_is_refused_as_running(
         olga = person("olga", "operator", shop)
         for action in ("retry", "resolve", "leave"):
             with pytest.raises(DecisionRefused) as no:
-                operations.step_act(step_pk=step.pk, user=olga, action=action, reason="hurry")
+                operator_actions.step_act(step_pk=step.pk, user=olga, action=action, reason="hurry")
             assert no.value.code == "already_decided"
             assert no.value.message == "an undo attempt is running right now: wait for its outcome"
         # A second worker for the same saga (the sweep, a redelivery) keeps out.
@@ -527,7 +525,7 @@ def test_a_retry_while_a_retry_runs_is_refused_and_the_undo_never_runs_twice_at_
 ) -> None:
     _, step = stuck(shop, "retry-running")
     olga, otto = person("olga", "operator", shop), person("otto", "operator", shop)
-    operations.step_act(step_pk=step.pk, user=olga, action="retry", reason="")
+    operator_actions.step_act(step_pk=step.pk, user=olga, action="retry", reason="")
     probe.block = 1
     threads, (worker,) = start(lambda: runner.step_action_run(step.pk))
     try:
@@ -535,7 +533,7 @@ def test_a_retry_while_a_retry_runs_is_refused_and_the_undo_never_runs_twice_at_
         step.refresh_from_db()
         assert step.state == "COMPENSATING"
         with pytest.raises(DecisionRefused) as no:
-            operations.step_act(step_pk=step.pk, user=otto, action="retry", reason="")
+            operator_actions.step_act(step_pk=step.pk, user=otto, action="retry", reason="")
         assert no.value.code == "already_decided"
         assert no.value.message.startswith("already requested: retry by user:olga")
         # The same task delivered to a second worker: it cannot get the saga.
@@ -543,7 +541,7 @@ def test_a_retry_while_a_retry_runs_is_refused_and_the_undo_never_runs_twice_at_
             runner.step_action_run(step.pk)
         # Whatever the second worker left behind, a retry is still refused while it runs.
         with pytest.raises(DecisionRefused) as again:
-            operations.step_act(step_pk=step.pk, user=otto, action="retry", reason="")
+            operator_actions.step_act(step_pk=step.pk, user=otto, action="retry", reason="")
         assert again.value.code == "already_decided"
     finally:
         probe.release.set()
@@ -570,7 +568,7 @@ def test_a_retry_asked_while_another_worker_holds_the_saga_is_not_lost(
     threads, (other,) = start(other_worker)
     try:
         assert held.wait(WAIT)
-        operations.step_act(step_pk=step.pk, user=person("olga", "operator", shop),
+        operator_actions.step_act(step_pk=step.pk, user=person("olga", "operator", shop),
                             action="retry", reason="")  # fmt: skip
         with pytest.raises(runner.Busy):
             runner.step_action_run(step.pk)  # the task retries after busy.retry_in

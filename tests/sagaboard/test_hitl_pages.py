@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from hitl import login, storebot_server_saga, waiting
 
-from sagaboard import runner
+from sagaboard.domain import runner
 from sagaboard.models import Approval, ApprovalPolicy, AuditEntry, Project, Saga, Step
 
 pytestmark = pytest.mark.django_db

@@ -12,10 +12,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from sagaboard.ingest import events_ingest
+from sagaboard.api.schemas import EventBatchIn
+from sagaboard.domain.ingest import events_ingest
+from sagaboard.domain.tokens import token_create
 from sagaboard.models import Event, Project, Step
-from sagaboard.schemas import EventBatchIn
-from sagaboard.tokens import token_create
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 

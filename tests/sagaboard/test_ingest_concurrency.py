@@ -10,9 +10,9 @@ import pytest
 from agent_runs import storebot_events
 from django.db import connection
 
-from sagaboard.ingest import IngestError, events_ingest
+from sagaboard.api.schemas import EventBatchIn
+from sagaboard.domain.ingest import IngestError, events_ingest
 from sagaboard.models import Event, Project, Saga
-from sagaboard.schemas import EventBatchIn
 
 pytestmark = [
     pytest.mark.slow,  # threads racing on real transactions

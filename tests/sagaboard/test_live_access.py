@@ -1,7 +1,7 @@
 """The live feed's batched re-check gives the same answers as the per-request rules.
 
 ``access_for_sessions`` checks every open socket's session in a few queries; what it
-decides must be what Django's ``get_user`` and ``selectors.projects_for_user`` decide
+decides must be what Django's ``get_user`` and ``visible.projects_for_user`` decide
 for the same session on an HTTP request, for every kind of user and session.
 """
 
@@ -20,10 +20,10 @@ from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from sagaboard import selectors
-from sagaboard.live_access import access_for_sessions
+from sagaboard.domain.roles import roles_sync
+from sagaboard.live.access import access_for_sessions
 from sagaboard.models import Project
-from sagaboard.roles import roles_sync
+from sagaboard.selectors import visible
 
 pytestmark = pytest.mark.django_db
 
@@ -94,7 +94,7 @@ def assert_decides_as_django(sessions: dict[str, str]) -> None:
     for name, key in sessions.items():
         user = get_user(Request(key))  # type: ignore[arg-type]
         expected = (
-            frozenset(p.pk for p in selectors.projects_for_user(user))
+            frozenset(p.pk for p in visible.projects_for_user(user))
             if user.is_authenticated
             else frozenset()
         )

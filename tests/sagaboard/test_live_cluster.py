@@ -42,7 +42,8 @@ LOG_ID = re.compile(r'data-last="(\d+)"')
 # A saga of a few events made outside the web servers; prints its event log ids.
 MAKE_SAGA = (
     "import json; from sagaboard.models import Event, Project; "
-    "from sagaboard.storage import DjangoStore; from undo_core import Saga, define_tool; "
+    "from sagaboard.domain.django_store import DjangoStore; "
+    "from undo_core import Saga, define_tool; "
     "store = DjangoStore(Project.objects.get(slug='demo')); "
     "s = Saga('cluster', saga_id={saga_id!r}, store=store); "
     "s.execute(define_tool('reserve_stock', lambda i: 1, lambda o, i: None), {{}}); s.complete(); "

@@ -16,12 +16,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
-from sagaboard.asgi import application
+from sagaboard.config.asgi import application
+from sagaboard.domain.django_store import DjangoStore
+from sagaboard.domain.roles import roles_sync
+from sagaboard.live.relay import project_group, relay, stop_all
 from sagaboard.models import Project, Saga
-from sagaboard.realtime import project_group, relay, stop_all
-from sagaboard.roles import roles_sync
-from sagaboard.selectors import last_event_id
-from sagaboard.storage import DjangoStore
+from sagaboard.selectors.visible import last_event_id
 from undo_core import Saga as EngineSaga
 from undo_core import define_tool
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from sagaboard.live_access import origin_allowed
+from sagaboard.live.access import origin_allowed
 
 DASHBOARD = {"ALLOWED_HOSTS": ["host", "other.example"], "CSRF_TRUSTED_ORIGINS": []}
 ORIGINS = [

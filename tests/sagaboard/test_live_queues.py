@@ -12,11 +12,11 @@ from django.test import Client
 from hitl import person, storebot_server_saga
 from test_live_feed import feed, received
 
-from sagaboard import approvals, runner
+from sagaboard.domain import approvals, runner
+from sagaboard.domain.roles import roles_sync
+from sagaboard.live.relay import stop_all
 from sagaboard.models import Approval, Project
-from sagaboard.realtime import stop_all
-from sagaboard.roles import roles_sync
-from sagaboard.selectors import last_event_id
+from sagaboard.selectors.visible import last_event_id
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 

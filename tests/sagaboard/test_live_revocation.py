@@ -25,12 +25,12 @@ from django.db import OperationalError
 from django.test import Client, override_settings
 from test_live_feed import TOOL, feed, received, run_saga
 
-from sagaboard.live_access import access_for_sessions
+from sagaboard.domain.django_store import DjangoStore
+from sagaboard.domain.roles import roles_sync
+from sagaboard.live.access import access_for_sessions
+from sagaboard.live.relay import stop_all
 from sagaboard.models import Project, Saga
-from sagaboard.realtime import stop_all
-from sagaboard.roles import roles_sync
-from sagaboard.selectors import last_event_id
-from sagaboard.storage import DjangoStore
+from sagaboard.selectors.visible import last_event_id
 from undo_core import Saga as EngineSaga
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -288,7 +288,7 @@ async def test_the_tabs_of_one_session_share_one_check_per_revocation(
         checked.append(set(keys))
         return access_for_sessions(keys)
 
-    monkeypatch.setattr("sagaboard.consumers.access_for_sessions", counting)
+    monkeypatch.setattr("sagaboard.live.consumers.access_for_sessions", counting)
     tabs = [await open_feed(world, "list") for _ in range(5)]
     assert checked == [{world["cookie"]}] * 5  # each tab checks its session as it joins
     checked.clear()
@@ -307,7 +307,7 @@ async def test_a_recheck_that_fails_closes_the_feed_for_the_browser_to_reconnect
         raise OperationalError("the database is down")
 
     comm = await open_feed(world, "list")
-    monkeypatch.setattr("sagaboard.consumers.access_for_sessions", unreachable)
+    monkeypatch.setattr("sagaboard.live.consumers.access_for_sessions", unreachable)
     await change(lambda w: w["alice"].save())(world)
     assert await comm.receive_output(timeout=PUSHED_WITHIN) == {
         "type": "websocket.close",
@@ -328,7 +328,7 @@ async def test_a_session_ended_while_the_socket_joins_is_closed_at_once(
         Session.objects.filter(session_key=session_key).delete()
         return access_for_sessions([session_key])[session_key]
 
-    monkeypatch.setattr("sagaboard.consumers._access_of", ended_then_checked)
+    monkeypatch.setattr("sagaboard.live.consumers._access_of", ended_then_checked)
     comm = feed("list=1", world["cookie"])
     connected, _ = await comm.connect()
     assert connected  # accepted, then closed with the code (not an HTTP 403)

@@ -15,7 +15,7 @@ import pytest
 from django.utils import timezone
 from hitl import storebot_server_saga
 
-from sagaboard import notifications, runner
+from sagaboard.domain import notifications, runner
 from sagaboard.models import Notification, Project
 
 pytestmark = pytest.mark.django_db

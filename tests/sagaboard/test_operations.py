@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hitl import person, states, storebot_server_saga
 
-from sagaboard import operations, runner
-from sagaboard.approvals import DecisionRefused
+from sagaboard.domain import operator_actions, runner
+from sagaboard.domain.approvals import DecisionRefused
 from sagaboard.models import AuditEntry, Event, Project, Saga, Step
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
@@ -29,7 +29,7 @@ def stuck(shop: Project, fails: int = 1) -> tuple[Saga, Step]:
 def test_a_retry_reruns_the_undo_and_the_saga_ends_rolled_back(shop: Project) -> None:
     saga, step = stuck(shop)
     olga = person("olga", "operator", shop)
-    operations.step_act(step_pk=step.pk, user=olga, action="retry", reason="")
+    operator_actions.step_act(step_pk=step.pk, user=olga, action="retry", reason="")
     assert runner.step_action_run(step.pk) == "ROLLED_BACK"
     saga.refresh_from_db()
     step.refresh_from_db()
@@ -44,9 +44,9 @@ def test_a_retry_reruns_the_undo_and_the_saga_ends_rolled_back(shop: Project) ->
 def test_a_double_clicked_retry_is_asked_once(shop: Project) -> None:
     _, step = stuck(shop)
     olga = person("olga", "operator", shop)
-    operations.step_act(step_pk=step.pk, user=olga, action="retry", reason="")
+    operator_actions.step_act(step_pk=step.pk, user=olga, action="retry", reason="")
     with pytest.raises(DecisionRefused, match="already requested: retry by user:olga"):
-        operations.step_act(step_pk=step.pk, user=olga, action="retry", reason="")
+        operator_actions.step_act(step_pk=step.pk, user=olga, action="retry", reason="")
     runner.step_action_run(step.pk)
     assert runner.step_action_run(step.pk) == "nothing pending"  # a redelivered task
     assert step.attempts.count() == 2
@@ -56,9 +56,9 @@ def test_resolving_needs_a_reason_and_lets_the_rollback_finish(shop: Project) ->
     saga, step = stuck(shop, fails=99)
     olga = person("olga", "operator", shop)
     with pytest.raises(DecisionRefused) as refused:
-        operations.step_act(step_pk=step.pk, user=olga, action="resolve", reason=" ")
+        operator_actions.step_act(step_pk=step.pk, user=olga, action="resolve", reason=" ")
     assert refused.value.field == "reason"
-    operations.step_act(
+    operator_actions.step_act(
         step_pk=step.pk, user=olga, action="resolve", reason="cancelled the RMA by hand"
     )
     assert runner.step_action_run(step.pk) == "RESOLVED"
@@ -71,13 +71,13 @@ def test_resolving_needs_a_reason_and_lets_the_rollback_finish(shop: Project) ->
 def test_leaving_a_failure_is_recorded_and_takes_it_off_the_list(shop: Project) -> None:
     saga, step = stuck(shop, fails=99)
     olga = person("olga", "operator", shop)
-    operations.step_act(step_pk=step.pk, user=olga, action="leave", reason="accepted loss")
+    operator_actions.step_act(step_pk=step.pk, user=olga, action="leave", reason="accepted loss")
     step.refresh_from_db()
     assert (step.left_by, step.left_reason) == ("user:olga", "accepted loss")
     assert step.state == "ROLLBACK_FAILED"
     assert Event.objects.filter(saga=saga, kind="step.leave", detail="accepted loss").exists()
     with pytest.raises(DecisionRefused, match="already left failed"):
-        operations.step_act(step_pk=step.pk, user=olga, action="retry", reason="")
+        operator_actions.step_act(step_pk=step.pk, user=olga, action="retry", reason="")
 
 
 @pytest.mark.record_rewritten("step.undo")  # the undo plan is changed in the table
@@ -93,7 +93,7 @@ def test_a_halted_rollback_continues_after_the_retry_with_the_older_steps(
     assert states(saga)["refund_payment"] == "ROLLBACK_FAILED"
     assert states(saga)["return_item"] == "COMPLETED"  # halted: not undone out of order
     refund = Step.objects.get(saga=saga, tool_name="refund_payment")
-    operations.step_act(step_pk=refund.pk, user=person("olga", "operator", shop),
+    operator_actions.step_act(step_pk=refund.pk, user=person("olga", "operator", shop),
                         action="retry", reason="")  # fmt: skip
     runner.step_action_run(refund.pk)
     assert states(saga) == {
@@ -109,7 +109,7 @@ def test_only_operators_retry_or_resolve(shop: Project, role: str) -> None:
     user = person("vic", role, shop)
     for action in ("retry", "resolve", "leave"):
         with pytest.raises(DecisionRefused) as refused:
-            operations.step_act(step_pk=step.pk, user=user, action=action, reason="r")
+            operator_actions.step_act(step_pk=step.pk, user=user, action=action, reason="r")
         assert refused.value.code == "forbidden"
     step.refresh_from_db()
     assert step.pending_action is None and step.left_at is None
@@ -119,7 +119,7 @@ def test_a_step_that_is_not_failed_cannot_be_retried(shop: Project) -> None:
     saga, _ = stuck(shop)
     done = Step.objects.get(saga=saga, tool_name="refund_payment")
     with pytest.raises(DecisionRefused, match="already settled: the step is ROLLED_BACK"):
-        operations.step_act(step_pk=done.pk, user=person("olga", "operator", shop),
+        operator_actions.step_act(step_pk=done.pk, user=person("olga", "operator", shop),
                             action="retry", reason="")  # fmt: skip
 
 
@@ -127,6 +127,6 @@ def test_an_operator_of_another_project_finds_nothing(shop: Project) -> None:
     _, step = stuck(shop)
     other = Project.objects.create(slug="other", name="Other")
     with pytest.raises(DecisionRefused) as refused:
-        operations.step_act(step_pk=step.pk, user=person("eve", "operator", other),
+        operator_actions.step_act(step_pk=step.pk, user=person("eve", "operator", other),
                             action="retry", reason="")  # fmt: skip
     assert refused.value.code == "not_found"

@@ -13,9 +13,10 @@ import pytest
 from django.test import Client
 from hitl import login, person, storebot_server_saga, waiting
 
-from sagaboard import consumers, runner, tasks, tokens
+from sagaboard.domain import jobs, runner, tokens
+from sagaboard.live import consumers
 from sagaboard.models import Approval, AuditEntry, Project, Saga, Step
-from sagaboard.present import json_text
+from sagaboard.web.present import json_text
 
 pytestmark = pytest.mark.django_db
 
@@ -47,8 +48,9 @@ def worker_runs_at_once(transactional_db: None, monkeypatch: pytest.MonkeyPatch)
     """What a request sees when the worker is quick (or tasks run eagerly): the retry or the
     rollback has already run by the time the report is written. Transactional, as a server
     is: the task is queued when the action's transaction commits, inside the request."""
-    monkeypatch.setattr(tasks.step_action_run, "delay", runner.step_action_run)
-    monkeypatch.setattr(tasks.rollback_continue, "delay", runner.rollback_continue)
+    work = {jobs.STEP_ACTION_RUN: runner.step_action_run,
+            jobs.ROLLBACK_CONTINUE: runner.rollback_continue}  # fmt: skip
+    monkeypatch.setattr(jobs, "enqueue_now", lambda name, pk, countdown=None: work[name](pk))
 
 
 # ---------------------------------------------------------------- Enter never decides

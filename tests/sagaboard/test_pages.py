@@ -13,8 +13,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from sagaboard.domain.django_store import DjangoStore
 from sagaboard.models import Project, Saga, Step
-from sagaboard.storage import DjangoStore
 from undo_core import Saga as EngineSaga
 from undo_core import SagaRollbackError, define_tool
 

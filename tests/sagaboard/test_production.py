@@ -17,9 +17,9 @@ from django.utils import timezone
 from hitl import storebot_server_saga
 
 from benchmarks.live import ROOT
-from sagaboard import runner
-from sagaboard.health import worker_heartbeat
-from sagaboard.logs import JsonFormatter, SagaContextFilter, saga_context
+from sagaboard.domain import runner
+from sagaboard.domain.health import worker_heartbeat
+from sagaboard.infra.logs import JsonFormatter, SagaContextFilter, saga_context
 from sagaboard.models import Heartbeat, Project
 
 pytestmark = pytest.mark.django_db
@@ -80,8 +80,8 @@ def test_metrics_need_the_token_when_one_is_set(client: Client, settings: Any) -
 
 
 def test_log_lines_about_a_saga_carry_its_ids_as_json() -> None:
-    record = logging.makeLogRecord({"name": "sagaboard.runner", "msg": "undo %s", "args": (2,),
-                                    "levelname": "INFO", "attempt": 2})  # fmt: skip
+    record = logging.makeLogRecord({"name": "sagaboard.domain.runner", "msg": "undo %s",
+                                    "args": (2,), "levelname": "INFO", "attempt": 2})  # fmt: skip
     with saga_context("storebot-1", "step-2"):
         SagaContextFilter().filter(record)
     line = json.loads(JsonFormatter().format(record))

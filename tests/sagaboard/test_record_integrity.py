@@ -19,9 +19,9 @@ from django.core.management import call_command, load_command_class
 from django.core.management.base import CommandError
 from django.test import Client
 
+from sagaboard.domain.tokens import token_create
+from sagaboard.domain.verify import verify
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
-from sagaboard.tokens import token_create
-from sagaboard.verify import verify
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 

@@ -23,9 +23,9 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sagaboard.domain.tokens import token_create
+from sagaboard.domain.verify import verify
 from sagaboard.models import Event, Project, Saga
-from sagaboard.tokens import token_create
-from sagaboard.verify import verify
 from undo_core import STEP_TRANSITIONS, RetryPolicy, SagaRollbackError, StepState, define_tool
 from undo_core import Saga as LocalSaga
 

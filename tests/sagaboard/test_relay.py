@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from channels.db import database_sync_to_async
 
-from sagaboard.realtime import Relay
-from sagaboard.selectors import last_event_id
+from sagaboard.live.relay import Relay
+from sagaboard.selectors.visible import last_event_id
 
 
 class StaleLease:
@@ -36,14 +36,14 @@ async def test_a_cursor_past_the_log_end_is_ignored() -> None:
 def test_ids_the_cursor_skipped_are_watched_until_they_show_up_or_expire(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from sagaboard import realtime
+    from sagaboard.live import relay
 
-    gaps = realtime.Gaps()
+    gaps = relay.Gaps()
     gaps.add(74, 94)  # a batch still committing when event 95 was relayed
     gaps.found(80)
     assert gaps.current() == [(74, 79), (81, 94)]
     gaps.add(5, 4)  # no gap between consecutive ids
     assert len(gaps.current()) == 2
-    clock = realtime.time.monotonic() + realtime.GAP_SECONDS + 1
-    monkeypatch.setattr(realtime.time, "monotonic", lambda: clock)
+    clock = relay.time.monotonic() + relay.GAP_SECONDS + 1
+    monkeypatch.setattr(relay.time, "monotonic", lambda: clock)
     assert gaps.current() == []  # never committed: a rolled-back transaction

@@ -15,8 +15,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 from hitl import person, storebot_server_saga
 
-from sagaboard import approvals, retention, runner, tasks
-from sagaboard.celery import app
+from sagaboard.config.celery import app
+from sagaboard.domain import approvals, retention, runner
+from sagaboard.domain.django_store import DjangoStore
+from sagaboard.domain.retention import archive_read, retention_run, sagas_expired
 from sagaboard.management.commands.sagaboard_retention import parse_age
 from sagaboard.models import (
     ApiRequest,
@@ -29,8 +31,7 @@ from sagaboard.models import (
     Saga,
     Step,
 )
-from sagaboard.retention import archive_read, retention_run, sagas_expired
-from sagaboard.storage import DjangoStore
+from sagaboard.worker import tasks
 from undo_core import Saga as EngineSaga
 from undo_core import SagaRollbackError, define_tool
 

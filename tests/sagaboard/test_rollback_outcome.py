@@ -17,9 +17,10 @@ from django.core.cache import cache
 from django.test import Client
 from hitl import person, storebot_server_saga
 
-from sagaboard import approvals, operations, overview, rollback_outcomes, runner
+from sagaboard.domain import approvals, operator_actions, runner
+from sagaboard.domain.tokens import token_create
 from sagaboard.models import Approval, Notification, Project, Saga, Step
-from sagaboard.tokens import token_create
+from sagaboard.selectors import overview, rollback_outcomes
 from undo_core import Decision, SagaRollbackError, define_tool
 from undo_core import Saga as LocalSaga
 from undo_core.recovery import recover
@@ -105,7 +106,9 @@ def left(api: Callable[..., Any]) -> str:
     agent_run(api, "left-1", refund, on_compensation_failure="halt")
     step = Step.objects.get(saga__saga_id="left-1", step_id="step-2")
     olga = person("olga", "operator", step.saga.project)
-    operations.step_act(step_pk=step.pk, user=olga, action="leave", reason="Stripe handles it")
+    operator_actions.step_act(
+        step_pk=step.pk, user=olga, action="leave", reason="Stripe handles it"
+    )
     return "left-1"
 
 
@@ -273,7 +276,7 @@ def test_a_failed_undo_waits_for_an_operator_until_it_is_left_and_then_nobody_an
     assert [s.pk for s in overview.steps_needing_attention([shop])] == [step.pk]
     assert f'id="failure-{step.pk}"' in page.get("/attention/").content.decode()
 
-    operations.step_act(step_pk=step.pk, user=olga, action="leave", reason="done in the WMS")
+    operator_actions.step_act(step_pk=step.pk, user=olga, action="leave", reason="done in the WMS")
     saga.refresh_from_db()
     assert saga.waiting_for is None and saga.status_label == "ROLLBACK_FAILED (1 left failed)"
     assert overview.steps_needing_attention([shop]) == []

@@ -24,15 +24,16 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from sagaboard import operations, overview, runner, sagas, selectors
-from sagaboard.asgi import application
-from sagaboard.env import env_seconds
+from sagaboard.config.asgi import application
+from sagaboard.config.env import env_seconds
+from sagaboard.domain import manual_flow, operator_actions, runner
+from sagaboard.domain.django_store import DjangoStore
+from sagaboard.domain.retention import retention_run
+from sagaboard.domain.roles import roles_sync
+from sagaboard.domain.tokens import token_create
+from sagaboard.live.relay import stop_all
 from sagaboard.models import Event, Project, Saga, Step
-from sagaboard.realtime import stop_all
-from sagaboard.retention import retention_run
-from sagaboard.roles import roles_sync
-from sagaboard.storage import DjangoStore
-from sagaboard.tokens import token_create
+from sagaboard.selectors import overview, visible
 from undo_core import Saga as EngineSaga
 from undo_core import SagaRollbackError, define_tool
 from undo_core.testing import FakeClock
@@ -139,9 +140,9 @@ def test_server_run_sagas_and_the_manual_flow_api_stamp_the_servers_clock(
     assert row.updated_at == datetime(2026, 1, 1, tzinfo=UTC)  # the engine's (fake) clock
     assert before <= row.received_at <= row.changed_at <= timezone.now()
 
-    sid = sagas.saga_begin(project=shop, event_id="b-1", name="manual", saga_id="manual")
+    sid = manual_flow.saga_begin(project=shop, event_id="b-1", name="manual", saga_id="manual")
     begun = Saga.objects.get(saga_id=sid)
-    step_id = sagas.step_add(
+    step_id = manual_flow.step_add(
         project=shop,
         event_id="a-1",
         saga_id=sid,
@@ -151,7 +152,7 @@ def test_server_run_sagas_and_the_manual_flow_api_stamp_the_servers_clock(
     )
     added = Saga.objects.get(saga_id=sid)
     assert added.received_at == begun.received_at and added.changed_at > begun.changed_at
-    sagas.step_complete(project=shop, event_id="c-1", saga_id=sid, step_id=step_id, output={})
+    manual_flow.step_complete(project=shop, event_id="c-1", saga_id=sid, step_id=step_id, output={})
     done = Saga.objects.get(saga_id=sid)
     assert done.changed_at > added.changed_at
     assert done.steps.get().changed_at == done.changed_at
@@ -179,7 +180,7 @@ def test_an_operators_request_is_its_own_event_and_leaves_changed_at_to_the_move
     operator = get_user_model().objects.create_user("olga", password="pw-olga-1234")
     shop.members.add(operator)
     operator.groups.add(Group.objects.get(name="operator"))
-    operations.step_act(step_pk=failed.pk, user=operator, action="leave", reason="by hand")
+    operator_actions.step_act(step_pk=failed.pk, user=operator, action="leave", reason="by hand")
     after = Saga.objects.get(pk=saga.pk)
     assert after.changed_at == saga.changed_at
     left = Event.objects.filter(saga=saga, kind="step.leave").get()
@@ -238,7 +239,7 @@ def test_the_list_pages_are_read_in_index_order(world: dict[str, Any]) -> None:
     shop = world["shop"]
     for n in range(3):
         world["send"](f"s-{n}", EPOCH)
-    _, cursor = selectors.saga_list(projects=[shop], limit=1)
+    _, cursor = visible.saga_list(projects=[shop], limit=1)
     variants: list[dict[str, Any]] = [
         {},
         {"cursor": cursor},
@@ -248,7 +249,7 @@ def test_the_list_pages_are_read_in_index_order(world: dict[str, Any]) -> None:
     ]
     for variant in variants:
         with CaptureQueriesContext(connection) as ctx:
-            selectors.saga_list(projects=[shop], limit=50, **variant)
+            visible.saga_list(projects=[shop], limit=50, **variant)
         (query,) = ctx.captured_queries
         plan = explain(query["sql"])
         assert "saga_project_" in plan and "sort" not in plan.lower().replace("sort key", ""), (
@@ -391,7 +392,7 @@ def test_the_api_gives_the_servers_times_beside_the_reported_ones(world: dict[st
 async def test_a_row_pushed_live_carries_the_warning_too() -> None:
     shop, cookie = await database_sync_to_async(_live_world)()
     try:
-        after = await database_sync_to_async(selectors.last_event_id)()
+        after = await database_sync_to_async(visible.last_event_id)()
         comm = WebsocketCommunicator(
             application,
             f"/ws/sagas/?list=1&after={after}",
@@ -454,7 +455,7 @@ def test_the_migration_fills_the_servers_times_from_the_event_log(world: dict[st
 def test_a_bad_clock_skew_setting_stops_the_start_naming_the_variable() -> None:
     env = {**os.environ, "SAGABOARD_CLOCK_SKEW": "soon"}
     done = subprocess.run(
-        [sys.executable, "-c", "import sagaboard.settings"],
+        [sys.executable, "-c", "import sagaboard.config.settings"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode != 0

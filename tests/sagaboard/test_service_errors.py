@@ -1,8 +1,8 @@
-"""One service error, one map to HTTP (sagaboard.errors, sagaboard.api_errors).
+"""One service error, one map to HTTP (sagaboard.errors, sagaboard.api.errors).
 
 The API tests pin each refusal's body; these pin the map itself: whatever raises a
 ``ServiceError`` (or a subclass) is answered with its status, body and headers, by any
-API ``api_errors.install`` was given, and the pages' refusals carry the same status.
+API ``errors.install`` was given, and the pages' refusals carry the same status.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from django.db import OperationalError
 from ninja import NinjaAPI, Router
 from ninja.testing import TestClient
 
-from sagaboard import api_errors
-from sagaboard.approvals import DecisionRefused
+from sagaboard.api import errors
+from sagaboard.domain.approvals import DecisionRefused
+from sagaboard.domain.ingest import IngestError
 from sagaboard.errors import ServiceError
-from sagaboard.ingest import IngestError
-from sagaboard.limits import InputRefused
-from sagaboard.rate_limits import RateLimited
+from sagaboard.infra.limits import InputRefused
+from sagaboard.infra.rate_limits import RateLimited
 
 
 def _refused_event() -> IngestError:
@@ -50,7 +50,7 @@ def _client() -> TestClient:
         raise RAISED[name]
 
     api.add_router("/", router)
-    api_errors.install(api)
+    errors.install(api)
     return TestClient(api)
 
 
@@ -103,7 +103,7 @@ def test_every_503_tells_the_client_to_retry_in_a_second(name: str) -> None:
 
 
 def test_a_crash_is_a_logged_500_in_the_same_shape(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.ERROR, logger="sagaboard.api"):
+    with caplog.at_level(logging.ERROR, logger="sagaboard.api.v1"):
         response = _client().get("/bug")
     assert response.status_code == 500
     assert response.json() == {

@@ -14,8 +14,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from benchmarks.live import ROOT
-from sagaboard.env import env_bool, env_float, env_int, env_list
-from sagaboard.local_files import local_secret_key, prepare_folders
+from sagaboard.config.env import env_bool, env_float, env_int, env_list
+from sagaboard.config.local_files import local_secret_key, prepare_folders
 
 SETTINGS_FILE = str(Path(ROOT) / "sagaboard" / "settings.py")
 
@@ -28,9 +28,9 @@ def test_importing_the_settings_writes_no_file_or_folder(tmp_path: Path) -> None
            if key not in ("SAGABOARD_SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL",
                           "SAGABOARD_TEST_SQLITE")}  # fmt: skip
     env |= {"SAGABOARD_VAR_DIR": str(var), "PYTHONPATH": str(ROOT),
-            "DJANGO_SETTINGS_MODULE": "sagaboard.settings"}  # fmt: skip
+            "DJANGO_SETTINGS_MODULE": "sagaboard.config.settings"}  # fmt: skip
     code = (
-        "import sagaboard.settings as s; from django.conf import settings; "
+        "import sagaboard.config.settings as s; from django.conf import settings; "
         "assert settings.CELERY_BROKER_URL == 'filesystem://'; "
         "assert str(s.VAR_DIR) in settings.DATABASES['default']['NAME']"
     )
@@ -143,7 +143,7 @@ def test_flags_read_the_usual_spellings(
 
 
 @pytest.mark.parametrize(
-    ("debug", "expected"), [("0", []), ("1", ["sagaboard.demo_compensations"])]
+    ("debug", "expected"), [("0", []), ("1", ["sagaboard.demo.compensations"])]
 )
 def test_the_demos_undos_are_registered_only_with_debug_on(
     debug: str, expected: list[str], monkeypatch: pytest.MonkeyPatch

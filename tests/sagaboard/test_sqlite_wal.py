@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
 
-from sagaboard import sqlite_wal
+from sagaboard.infra import sqlite_wal
 
 
 def _wal_database(path: Path) -> None:

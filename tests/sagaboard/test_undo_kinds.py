@@ -11,9 +11,10 @@ import pytest
 from hitl import one_step_saga
 from test_notifications import Receiver
 
-from sagaboard import approvals, queues, runner
+from sagaboard.domain import approvals, runner
+from sagaboard.domain.undo_kinds import COMMAND_ENV, plan_for, plan_hash
 from sagaboard.models import Approval, Event, Project, Saga, Step
-from sagaboard.undo_kinds import COMMAND_ENV, plan_for, plan_hash
+from sagaboard.selectors import work_queues
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 
@@ -78,7 +79,7 @@ def test_a_command_undo_waits_for_approval_and_fails_if_commands_were_switched_o
         "cwd": str(settings.SAGABOARD_COMMAND_UNDO_CWD), "env": COMMAND_ENV,
     }  # fmt: skip
     settings.SAGABOARD_ALLOW_COMMAND_UNDOS = False
-    (item,) = queues.compensation_plan(saga)
+    (item,) = work_queues.compensation_plan(saga)
     assert item["what"].startswith("cannot run here: command undos are off on this server")
     decide(saga)
     assert runner.rollback_continue(saga.pk) == "ROLLBACK_FAILED"
@@ -114,7 +115,7 @@ def test_a_stored_unregistered_handler_shows_in_the_plan_and_fails_naming_it(
     saga = one_step_saga(shop, {"kind": "handler", "handler": "storebot.return_item"})
     # Stored before its module left SAGABOARD_COMPENSATION_MODULES (adding it is refused now).
     Step.objects.filter(saga=saga).update(undo={"kind": "handler", "handler": "nope.never"})
-    (item,) = queues.compensation_plan(saga)
+    (item,) = work_queues.compensation_plan(saga)
     assert item["what"].startswith("cannot run here: no compensation 'nope.never' is registered")
     assert runner.rollback_continue(saga.pk) == "ROLLBACK_FAILED"
     error = Step.objects.get(saga=saga).error or ""

@@ -12,9 +12,10 @@ import pytest
 from django.test import Client
 from hitl import person, storebot_server_saga
 
-from sagaboard import operations, queues, runner
+from sagaboard.domain import operator_actions, runner
+from sagaboard.domain.tokens import token_create
 from sagaboard.models import Project, Saga, Step
-from sagaboard.tokens import token_create
+from sagaboard.selectors import work_queues
 
 pytestmark = pytest.mark.django_db
 
@@ -90,7 +91,7 @@ def test_the_plan_of_a_stored_saga_says_an_undo_cannot_run_here_before_anyone_ap
     shop: Project,
 ) -> None:
     saga = stored_with_a_client_undo(shop, "p-1")
-    plan = {item["step"].step_id: item for item in queues.compensation_plan(saga)}
+    plan = {item["step"].step_id: item for item in work_queues.compensation_plan(saga)}
     assert plan["step-1"]["what"].startswith(f"cannot run here: {CLIENT_UNDO}")
     assert plan["step-1"]["cannot_run"] and not plan["step-2"]["cannot_run"]
     assert "will run unattended" not in plan["step-1"]["what"]
@@ -124,12 +125,14 @@ def test_force_resolving_the_failed_undo_ends_where_the_plan_said_it_would(
         undo={"kind": "handler", "handler": "storebot.refund_payment", "args": {"fail_first": 9}}
     )
     assert runner.rollback_continue(saga.pk) == "ROLLBACK_FAILED"
-    said = {i["step"].step_id: i["what"] for i in queues.compensation_plan(saga)}
+    said = {i["step"].step_id: i["what"] for i in work_queues.compensation_plan(saga)}
     assert said["step-1"].startswith(f"cannot run here: {CLIENT_UNDO}")  # before anyone acts
 
     step2 = Step.objects.get(saga=saga, step_id="step-2")
     olga = person("olga", "operator", shop)
-    operations.step_act(step_pk=step2.pk, user=olga, action="resolve", reason="done in Stripe")
+    operator_actions.step_act(
+        step_pk=step2.pk, user=olga, action="resolve", reason="done in Stripe"
+    )
     runner.step_action_run(step2.pk)  # what the worker's task does once the request commits
 
     step1 = Step.objects.get(saga=saga, step_id="step-1")

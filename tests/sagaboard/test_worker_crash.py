@@ -284,15 +284,17 @@ def test_a_dead_workers_lease_is_taken_over_at_once(monkeypatch: pytest.MonkeyPa
     from django.contrib.auth.models import Group, Permission
     from hitl import storebot_server_saga
 
-    from sagaboard import runner, tasks
+    from sagaboard.domain import jobs, runner
+    from sagaboard.domain.roles import roles_sync
     from sagaboard.models import Project, Saga
-    from sagaboard.roles import roles_sync
 
-    class NotSent:
-        def delay(self, pk: int) -> None:  # no broker here: the test runs the worker
-            pass
+    send = jobs.enqueue_now
 
-    monkeypatch.setattr(tasks, "rollback_continue", NotSent())
+    def not_the_rollback(name: str, *args: Any, countdown: float | None = None) -> None:
+        if name != jobs.ROLLBACK_CONTINUE:  # no broker here: the test runs the worker
+            send(name, *args, countdown=countdown)
+
+    monkeypatch.setattr(jobs, "enqueue_now", not_the_rollback)
     roles_sync(Group, Permission)
     saga = storebot_server_saga(
         Project.objects.create(slug="shop", name="Shop"), refund_needs_approval=False
@@ -312,7 +314,7 @@ def test_a_dead_workers_lease_is_taken_over_at_once(monkeypatch: pytest.MonkeyPa
         "with runner.attached(saga):\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "sagaboard.settings"}
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "sagaboard.config.settings"}
     died = subprocess.run(
         [sys.executable, "-c", script, str(saga.pk)], cwd=ROOT, env=env, timeout=60, check=False
     )

@@ -71,7 +71,7 @@ def seed(url: str, token: str) -> Seed:
                  {"event_id": f"seed-{n}-done", "output": {"ok": True}}, 200)  # fmt: skip
             out.saga_ids.append(saga_id)
 
-        # Text the policy keeps (sagaboard.text_policy): an id in one non-Latin script, a
+        # Text the policy keeps (sagaboard.infra.text_policy): an id in one non-Latin script, a
         # name with a bidi override, a step whose input holds NUL and astral characters.
         saga_id = "заказ-1"
         post("/sagas", {"event_id": "seed-text", "name": "Возврат \u202e(1)", "id": saga_id}, 201)

@@ -148,7 +148,7 @@ def test_the_schema_documents_every_error_the_api_answers(live: dict[str, Any]) 
 
 
 def test_every_link_names_an_operation_and_its_parameters(live: dict[str, Any]) -> None:
-    """The links the stateful phase walks (sagaboard.api_links) point at real operations."""
+    """The links the stateful phase walks (sagaboard.api.links) point at real operations."""
     doc = httpx.get(f"{live['url']}/api/v1/openapi.json").json()
     operations = {
         op["operationId"]: {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}

@@ -18,10 +18,10 @@ from agent_runs import storebot_events
 from django.test import Client
 from hitl import one_step_saga, person
 
-from sagaboard import approvals, runner, sagas
+from sagaboard.domain import approvals, manual_flow, runner
+from sagaboard.domain.tokens import token_create
+from sagaboard.domain.undo_kinds import COMMAND_ENV, OUTPUT_CAP, plan_for, plan_hash
 from sagaboard.models import Approval, AuditEntry, Event, Project, Saga, Step
-from sagaboard.tokens import token_create
-from sagaboard.undo_kinds import COMMAND_ENV, OUTPUT_CAP, plan_for, plan_hash
 
 pytestmark = pytest.mark.django_db
 
@@ -280,7 +280,7 @@ def test_transition_events_cannot_rewrite_a_saga_sagaboard_runs(shop: Project) -
     """The events API is for sagas agents run; a server-run saga's steps (what approvers
     approve) change only through the manual-flow API."""
     token = token_create(project=shop, label="agent").secret
-    sagas.saga_begin(project=shop, event_id="b", name="ops", saga_id="s-1")
+    manual_flow.saga_begin(project=shop, event_id="b", name="ops", saga_id="s-1")
     events = storebot_events("s-1")[1:4]  # steps added and completed, as an agent would send
     answer = Client(headers={"authorization": f"Bearer {token}"}).post(
         "/api/v1/events", json.dumps({"events": events}), content_type="application/json"

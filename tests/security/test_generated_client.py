@@ -29,9 +29,9 @@ from agent_runs import paused_storebot_events
 from django.test import Client
 from hitl import person
 
-from sagaboard import operations
+from sagaboard.domain import operator_actions
+from sagaboard.domain.tokens import token_create
 from sagaboard.models import Project, Step
-from sagaboard.tokens import token_create
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]  # generates a client in a subprocess
 
@@ -181,8 +181,8 @@ def test_a_generated_client_drives_every_operation_and_parses_every_answer(
     )
     assert read.id == asked.id
     step = Step.objects.get(saga__saga_id="agent-2", step_id="step-1")
-    operations.step_act(step_pk=step.pk, user=person("olga", "operator", shop), action="retry",
-                        reason="upstream is back")  # fmt: skip
+    operator_actions.step_act(step_pk=step.pk, user=person("olga", "operator", shop),
+                              action="retry", reason="upstream is back")  # fmt: skip
     decision = api.call(
         "sagaboard_api_decisions_get_decision", 200, "DecisionOut",
         saga_id="agent-2", step_id="step-1", wait=0,

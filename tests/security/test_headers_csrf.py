@@ -1,7 +1,7 @@
 """Hostile users at the HTTP layer: CSRF on every route, security headers on every page,
 cookies and HTTPS settings in production, cross-site websockets, CSV formula cells.
 
-CSRF is table-driven from ``sagaboard/urls.py`` itself: every route is sent a POST, PUT,
+CSRF is table-driven from ``sagaboard/config/urls.py`` itself: every route is sent a POST, PUT,
 PATCH and DELETE without a token by a logged-in superuser, and must answer 403 and leave
 every table as it was. The state-changing routes are also sent the same request with a
 token, which must go through: so each row of the table is a real request, not one that
@@ -34,9 +34,9 @@ from django.urls.resolvers import RegexPattern, RoutePattern
 from hitl import person, storebot_server_saga
 
 from benchmarks.live import ROOT
-from sagaboard import runner
+from sagaboard.domain import runner
+from sagaboard.domain.tokens import token_create
 from sagaboard.models import ApiToken, Approval, ApprovalPolicy, Project, Step
-from sagaboard.tokens import token_create
 
 pytestmark = pytest.mark.django_db
 
@@ -315,7 +315,7 @@ def production_settings() -> dict[str, Any]:
         "SAGABOARD_DEBUG": "0",
         "SAGABOARD_HTTPS": "1",
         "SAGABOARD_SECRET_KEY": secrets.token_urlsafe(50),
-        "DJANGO_SETTINGS_MODULE": "sagaboard.settings",
+        "DJANGO_SETTINGS_MODULE": "sagaboard.config.settings",
     }
     code = (
         "import json, django; django.setup(); from django.conf import settings as s; "
@@ -453,7 +453,7 @@ def test_the_headers_are_there_without_https_too(world: World) -> None:
 async def test_a_websocket_from_another_origin_is_refused_even_with_the_cookie() -> None:
     from asgiref.sync import sync_to_async
 
-    from sagaboard.asgi import application
+    from sagaboard.config.asgi import application
 
     @sync_to_async
     def session() -> str:

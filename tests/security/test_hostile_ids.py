@@ -1,4 +1,4 @@
-"""Saga ids are the agent's choice, within the text policy (``sagaboard.text_policy``):
+"""Saga ids are the agent's choice, within the text policy (``sagaboard.infra.text_policy``):
 whatever a stored one holds, every page that lists or links the saga renders, its link
 leads to that saga (not elsewhere, not off the site), and two different ids or names never
 look the same on a page. Ids that would (look-alikes, invisible characters, NUL) are
@@ -20,12 +20,12 @@ from django.test import Client
 from django.urls import reverse
 from fuzz_data import DatabaseState, table_digests
 
-from sagaboard import consumers
+from sagaboard.domain.django_store import DjangoStore
+from sagaboard.domain.tokens import token_create
+from sagaboard.infra.text_policy import visible
+from sagaboard.live import consumers
 from sagaboard.models import Project
 from sagaboard.models import Saga as SagaRow
-from sagaboard.storage import DjangoStore
-from sagaboard.text_policy import visible
-from sagaboard.tokens import token_create
 from undo_core import Saga, define_tool
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]

@@ -14,10 +14,10 @@ from django.db import connection
 from django.test import Client
 from fuzz_data import DatabaseState, table_digests
 
-from sagaboard import selectors
-from sagaboard.body_limit import BodyLimit
+from sagaboard.domain.tokens import token_create
+from sagaboard.infra.body_limit import BodyLimit
 from sagaboard.models import Project
-from sagaboard.tokens import token_create
+from sagaboard.selectors import visible
 
 pytestmark = pytest.mark.django_db
 
@@ -152,7 +152,7 @@ def test_an_unexpected_failure_is_a_json_500_and_says_nothing_was_applied(
     def broken(**kwargs: Any) -> Any:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(selectors, "saga_list", broken)
+    monkeypatch.setattr(visible, "saga_list", broken)
     error = error_of(api.get("/sagas"), 500)
     assert error == {
         "code": "internal_error",
@@ -231,7 +231,7 @@ async def test_a_body_at_the_limit_reaches_the_app_whole(settings: Any) -> None:
 
 # ---------------------------------------------------------------- hostile values (issue 14)
 # Each of these was a 500 (the database or the JSON encoder failed on the value): now a
-# 422 naming the field, and nothing stored. The text policy is sagaboard.text_policy.
+# 422 naming the field, and nothing stored. The text policy is sagaboard.infra.text_policy.
 
 AT_ATTEMPT = 9  # the StoreBot run's first event whose step carries an undo attempt
 

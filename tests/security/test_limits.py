@@ -13,8 +13,8 @@ from django.db import connection
 from django.test import Client
 from fuzz_data import DatabaseState, table_digests
 
+from sagaboard.domain.tokens import token_create
 from sagaboard.models import Project
-from sagaboard.tokens import token_create
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 

@@ -38,9 +38,14 @@ from permission_matrix import (
     section_of,
 )
 
-from sagaboard import decisions, health, operations, runner, sagas, urls
-from sagaboard.api import api
-from sagaboard.asgi import application
+from sagaboard.api.v1 import api
+from sagaboard.config import urls
+from sagaboard.config.asgi import application
+from sagaboard.domain import decisions, health, manual_flow, operator_actions, runner
+from sagaboard.domain.roles import roles_sync
+from sagaboard.domain.tokens import token_create, token_revoke
+from sagaboard.live.relay import stop_all
+from sagaboard.live.routing import websocket_urlpatterns
 from sagaboard.models import (
     ApiToken,
     Approval,
@@ -53,10 +58,6 @@ from sagaboard.models import (
     Saga,
     Step,
 )
-from sagaboard.realtime import stop_all
-from sagaboard.roles import roles_sync
-from sagaboard.routing import websocket_urlpatterns
-from sagaboard.tokens import token_create, token_revoke
 from undo_core import Saga as LocalSaga
 from undo_core import define_tool
 
@@ -144,13 +145,13 @@ def _build() -> World:
     asked = decisions.approval_request(project=shop, saga_id="agent-asked", step_id="step-2",
                                        why=None)  # fmt: skip
     halted = Step.objects.get(saga__saga_id="agent-halted", step_id="step-1")
-    operations.step_act(step_pk=halted.pk, user=users["operator"], action="retry", reason="")
+    operator_actions.step_act(step_pk=halted.pk, user=users["operator"], action="retry", reason="")
 
-    sagas.saga_begin(project=shop, event_id="m-1", name="manual", saga_id="manual-1",
+    manual_flow.saga_begin(project=shop, event_id="m-1", name="manual", saga_id="manual-1",
                      token_pk=None)  # fmt: skip
-    sagas.step_add(project=shop, event_id="m-2", saga_id="manual-1", tool_name="charge",
+    manual_flow.step_add(project=shop, event_id="m-2", saga_id="manual-1", tool_name="charge",
                    input={}, undo={"kind": "none"})  # fmt: skip
-    sagas.saga_begin(project=shop, event_id="m-3", name="manual", saga_id="manual-2",
+    manual_flow.saga_begin(project=shop, event_id="m-3", name="manual", saga_id="manual-2",
                      token_pk=None)  # fmt: skip
 
     values = {

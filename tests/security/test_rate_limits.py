@@ -18,10 +18,10 @@ from django.core.cache import cache
 from django.core.cache.backends.redis import RedisCache
 from django.test import Client
 
-from sagaboard import rate_limits
+from sagaboard.domain.tokens import token_create
+from sagaboard.infra import rate_limits
+from sagaboard.infra.rate_limits import Rate, parse_rate
 from sagaboard.models import ApiToken, AuditEntry, Project
-from sagaboard.rate_limits import Rate, parse_rate
-from sagaboard.tokens import token_create
 
 pytestmark = pytest.mark.django_db
 

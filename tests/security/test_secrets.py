@@ -27,9 +27,11 @@ from django.views.debug import get_default_exception_reporter_filter
 from hitl import person
 from test_notifications import Receiver
 
-from sagaboard import models, runner, tasks, tokens
-from sagaboard.logs import JsonFormatter
+from sagaboard import models
+from sagaboard.domain import runner, tokens
+from sagaboard.infra.logs import JsonFormatter
 from sagaboard.models import ApiToken, Notification, Project, Saga
+from sagaboard.worker import tasks
 
 pytestmark = pytest.mark.django_db
 

@@ -588,12 +588,12 @@ SLOW_WRITER = """
 import json, os, time
 from pathlib import Path
 from django.db import transaction
-from sagaboard import audit_log
+from sagaboard.domain import audit
 from sagaboard.models import Event, Saga
 marks = Path(os.environ["SAGABOARD_TOPOLOGY_MARKS"])
 saga = Saga.objects.filter(project__slug="demo").order_by("pk").first()
 with transaction.atomic():
-    audit_log.record(user=None, actor="topology-test", action="test.slow_writer", saga=saga,
+    audit.record(user=None, actor="topology-test", action="test.slow_writer", saga=saga,
                      to_state=saga.status)
     log_id = Event.objects.filter(saga=saga).order_by("-pk").values_list("pk", flat=True)[0]
     (marks / "written").write_text(str(log_id))
@@ -635,7 +635,8 @@ def test_an_event_committed_late_still_reaches_the_browser(
         stack.callback(tab.close)
         tab.start()
 
-        env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "sagaboard.settings",
+        env = {**os.environ, "DATABASE_URL": url,
+               "DJANGO_SETTINGS_MODULE": "sagaboard.config.settings",
                "SAGABOARD_SECRET_KEY": secret, "SAGABOARD_TOPOLOGY_MARKS": str(marks)}  # fmt: skip
         writer = subprocess.Popen(
             [sys.executable, "manage.py", "shell", "-v", "0", "-c", SLOW_WRITER],

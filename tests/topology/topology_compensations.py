@@ -2,7 +2,7 @@
 
 ``topology.return_item`` and ``topology.refund_payment`` run the demo's registered
 handlers (``storebot.return_item`` / ``storebot.refund_payment``, from
-``sagaboard.demo_compensations``) and log every call around them: one JSON line in
+``sagaboard.demo.compensations``) and log every call around them: one JSON line in
 ``$SAGABOARD_TOPOLOGY_DIR/calls.jsonl`` when the call starts (``enter``) and one when
 the handler has returned (``exit``), with the worker's pid, the saga, the step and
 the idempotency key. An ``exit`` line is a successful run.
@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sagaboard.demo_compensations import cancel_refund, cancel_return
-from sagaboard.undo_kinds import compensation
+from sagaboard.demo.compensations import cancel_refund, cancel_return
+from sagaboard.domain.undo_kinds import compensation
 from undo_core import UndoContext
 
 _calls_here = 0

@@ -9,7 +9,7 @@ run never takes (or leaves) another run's tasks.
 
 import os
 
-from sagaboard.settings import *  # noqa: F403
+from sagaboard.config.settings import *  # noqa: F403
 
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("SAGABOARD_TEST_QUEUE", "celery")
 # No pidbox (remote control) queues or fanout channels in Redis: nothing here uses them.

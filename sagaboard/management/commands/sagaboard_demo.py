@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sagaboard.demo import DEMO_COMPENSATIONS, demo_load, demo_user
+from sagaboard.demo.flows import DEMO_COMPENSATIONS, demo_load, demo_user
 
 
 class Command(BaseCommand):

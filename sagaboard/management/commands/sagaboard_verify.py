@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sagaboard.verify import verify
+from sagaboard.domain.verify import verify
 
 
 class Command(BaseCommand):

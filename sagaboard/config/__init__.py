@@ -1,0 +1,2 @@
+"""The project's configuration: settings (from the environment), URLs, the ASGI and
+WSGI entry points, the Celery app."""

@@ -1,0 +1,30 @@
+"""The Celery app: compensations, retries, notifications and the periodic sweep run here.
+
+Start a worker with ``celery -A sagaboard worker -B`` (``-B``: the sweep's beat, in
+one process for the embedded default; run ``celery -A sagaboard beat`` once in
+production instead). The tasks and the worker's heartbeat live in ``sagaboard.worker``;
+the task names are ``sagaboard.domain.jobs``'s.
+"""
+
+import os
+
+from celery import Celery
+from celery.schedules import crontab
+
+from sagaboard.domain import jobs
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sagaboard.config.settings")
+
+app = Celery("sagaboard")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+# Imported by every worker once Django is set up (web processes import the tasks in
+# ``SagaboardConfig.ready``, so ``jobs`` finds them there too).
+app.conf.imports = ("sagaboard.worker.tasks", "sagaboard.worker.heartbeat")
+app.conf.beat_schedule = {
+    "sweep": {"task": jobs.SWEEP, "schedule": 10.0},
+    # Data retention (SAGABOARD_RETENTION_DAYS): daily, at a quiet hour (UTC).
+    "retention": {
+        "task": jobs.RETENTION_SWEEP,
+        "schedule": crontab(hour=3, minute=30),
+    },
+}

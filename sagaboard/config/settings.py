@@ -1,0 +1,396 @@
+"""Settings for sagaboard: one module, configured through environment variables.
+
+Every variable is listed in the README ("Configuration") and in .env.example. Each is
+read through sagaboard/config/env.py, so a bad value stops the start naming the variable.
+Importing this module writes nothing (sagaboard/config/local_files.py makes var/ when needed).
+
+Environment (the main ones):
+    SAGABOARD_DEBUG          "0" (default) or "1" (`make run` sets it).
+    SAGABOARD_SECRET_KEY     set it in production (the same on every host); without it a
+                             random key is made on first use and kept in var/secret-key.
+    SAGABOARD_VAR_DIR        the embedded default's folder (default: var/ in the checkout).
+    SAGABOARD_ALLOWED_HOSTS  comma-separated; defaults to localhost names.
+    SAGABOARD_HTTPS          "1" behind HTTPS: secure cookies, HSTS, redirect to https.
+    DATABASE_URL             any dj-database-url URL; defaults to SQLite in var/.
+    REDIS_URL                unset (default): the in-process channel layer, for one web
+                             process. Set (redis://host:6379/0): channels_redis, so several
+                             web processes share live updates (one of them relays the log).
+    SAGABOARD_LIVE_POLL_SECONDS  how often the relay reads the event log (default 0.025).
+    SAGABOARD_LIVE_RECHECK_SECONDS  how often each open websocket's session and
+                             permissions are checked again (default 5).
+    SAGABOARD_REDIS_PREFIX   prefix of every name in Redis (default "sagaboard"); one per
+                             installation sharing a Redis server.
+    SAGABOARD_CLOCK_SKEW     seconds an agent's reported time may differ from the server's
+                             before pages warn (default 300); lists never order by it.
+"""
+
+import importlib.util
+from functools import partial
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
+from django.utils.functional import lazy
+
+from sagaboard.config.env import (
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_seconds,
+    env_str,
+)
+from sagaboard.config.local_files import local_secret_key
+
+BASE_DIR = (
+    Path(__file__).resolve().parent.parent.parent
+)  # the checkout: sagaboard/config/ is two below
+
+# The embedded default's files (the SQLite database, the generated secret key, the
+# filesystem broker, collected static files). Nothing is written when this module is
+# imported: sagaboard/config/local_files.py makes them when a process first needs them.
+VAR_DIR = Path(env_str("SAGABOARD_VAR_DIR") or BASE_DIR / "var")
+
+DEBUG = env_bool("SAGABOARD_DEBUG", False)
+
+SECRET_KEY = env_str("SAGABOARD_SECRET_KEY")
+if SECRET_KEY and len(SECRET_KEY) < 32:
+    raise ImproperlyConfigured("SAGABOARD_SECRET_KEY must be at least 32 random characters.")
+if not SECRET_KEY:
+    # var/secret-key, read (or made) on first use, not at import.
+    SECRET_KEY = lazy(partial(local_secret_key, VAR_DIR), str)()
+
+ALLOWED_HOSTS = env_list("SAGABOARD_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("SAGABOARD_CSRF_TRUSTED_ORIGINS")
+
+# Behind HTTPS (a proxy that terminates TLS sets X-Forwarded-Proto): everything secure,
+# and the live feed accepts only https:// pages (sagaboard/live/access.py).
+SAGABOARD_HTTPS = env_bool("SAGABOARD_HTTPS", False)
+# Read whether or not HTTPS is on, so a bad value is refused before the day it is used.
+_HSTS = (
+    env_int("SAGABOARD_HSTS_SECONDS", 31536000, minimum=0),
+    env_bool("SAGABOARD_HSTS_SUBDOMAINS", True),
+    env_bool("SAGABOARD_HSTS_PRELOAD", True),
+)
+if SAGABOARD_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]  # probes speak plain HTTP
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS, SECURE_HSTS_INCLUDE_SUBDOMAINS, SECURE_HSTS_PRELOAD = _HSTS
+SESSION_COOKIE_HTTPONLY = True
+# Lax, not Strict: a link from a notification (Slack, mail) must open the page logged in;
+# every state change is a POST, which Lax keeps off cross-site requests.
+SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = True  # no script reads it: htmx takes the token from the page
+CSRF_FAILURE_VIEW = "sagaboard.web.csrf.csrf_failure"  # says what to do, htmx posts included
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+
+# Content-Security-Policy (Django 6's middleware), on every response, with or without
+# HTTPS. No inline script, no eval, no inline style: every script and stylesheet is a
+# file under static/, and htmx runs with allowEval off (templates/_base.html). A stored
+# payload that escaping ever missed could still not run.
+SECURE_CSP = {
+    "default-src": [CSP.NONE],  # anything not named below is refused
+    "script-src": [CSP.SELF],  # our static files; no inline, no eval, no nonce needed
+    "style-src": [CSP.SELF],  # sagaboard.css (and the admin's); no style attributes
+    "img-src": [CSP.SELF],
+    "font-src": [CSP.SELF],
+    "connect-src": [CSP.SELF],  # htmx requests and the live feed (CSP 3: 'self' covers ws/wss)
+    "form-action": [CSP.SELF],  # a form (or an injected one) posts nowhere else
+    "frame-ancestors": [CSP.NONE],  # no framing: clickjacking (X-Frame-Options for old browsers)
+    "base-uri": [CSP.NONE],  # an injected <base> cannot redirect relative URLs
+    "object-src": [CSP.NONE],  # no plugins
+}
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.humanize",
+    "django.contrib.staticfiles",
+    "ninja",  # the API docs page from local static files (its CDN page has inline script)
+    "sagaboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    # Outside api_errors_as_json, so the API's own JSON error pages are not frameable either.
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "sagaboard.api.errors.api_errors_as_json",  # API errors Django makes (404, 405, 500) as JSON
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # static files, in every process
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "sagaboard.web.not_found.not_found_as_page",  # the product's 404 page with DEBUG on too
+    "sagaboard.domain.login_guard.LoginRateLimitMiddleware",  # 429 before a password is checked
+]
+
+ROOT_URLCONF = "sagaboard.config.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+            # ``visible``: ids and names with invisible characters shown (text policy).
+            "builtins": ["sagaboard.web.templatetags.sagaboard_text"],
+            # The pages' own tags live with the pages (sagaboard/web/), not at the app's root.
+            "libraries": {"sagaboard_json": "sagaboard.web.templatetags.sagaboard_json"},
+        },
+    },
+]
+
+WSGI_APPLICATION = "sagaboard.config.wsgi.application"
+ASGI_APPLICATION = "sagaboard.config.asgi.application"
+
+# Database: DATABASE_URL wins; otherwise SQLite under var/ (its folder made at start-up).
+DATABASE_URL = env_str("DATABASE_URL")
+if not DATABASE_URL:
+    DATABASE_URL = f"sqlite:///{VAR_DIR / 'sagaboard.sqlite3'}"
+_DB_POOL = env_bool("SAGABOARD_DB_POOL", True)  # PostgreSQL only; read (and checked) always
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=0),
+}
+if (
+    DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+    and _DB_POOL
+    and importlib.util.find_spec("psycopg_pool") is not None
+):
+    # A connection pool per process: opening a connection per request (under ASGI each
+    # request runs on a fresh thread) costs more than most requests themselves.
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": 8}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Server-side parameter binding: values are sent apart from the SQL, adapted in C
+    # (client-side binding quotes every value in Python, which dominated bulk ingestion).
+    DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several processes (web, worker, commands) write one file: WAL lets readers go on
+    # while one writes, and IMMEDIATE transactions queue writers on the timeout instead
+    # of failing with "database is locked" when a read lock cannot be upgraded.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    # Tests use a file too: an in-memory database shared between threads locks whole
+    # tables and ignores the timeout, which is not how the product runs.
+    # SAGABOARD_TEST_SQLITE: another file, for test runs side by side in one checkout.
+    DATABASES["default"]["TEST"] = {
+        "NAME": env_str("SAGABOARD_TEST_SQLITE") or str(VAR_DIR / "test-sagaboard.sqlite3")
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# API limits (sagaboard/infra/limits.py, README "Limits"): a larger body is refused with 413,
+# anything else over a limit with 422 naming the field; nothing of the request is stored.
+SAGABOARD_API_MAX_BODY = env_int("SAGABOARD_API_MAX_BODY", 1024 * 1024, minimum=1)
+SAGABOARD_API_MAX_BATCH = env_int("SAGABOARD_API_MAX_BATCH", 1000, minimum=1)
+DATA_UPLOAD_MAX_MEMORY_SIZE = SAGABOARD_API_MAX_BODY
+SAGABOARD_MAX_JSON_DEPTH = env_int("SAGABOARD_MAX_JSON_DEPTH", 32, minimum=1)
+# Stored values (an input, an output, an error...) in characters; by default as large as a
+# body can be, so checking it costs nothing until it is set lower.
+SAGABOARD_MAX_VALUE_SIZE = env_int("SAGABOARD_MAX_VALUE_SIZE", SAGABOARD_API_MAX_BODY, minimum=1)
+SAGABOARD_MAX_STEPS = env_int("SAGABOARD_MAX_STEPS", 1000, minimum=1)
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# Live updates: each web process polls the event log this often and relays new events
+# to its browsers through the channel layer. With REDIS_URL, one web process at a time
+# holds the relay lease and publishes through Redis to every web process.
+SAGABOARD_LIVE_POLL_SECONDS = env_float(
+    "SAGABOARD_LIVE_POLL_SECONDS", 0.025, minimum=0.001, what="a number of seconds"
+)
+# The backstop for revocations the app does not see (a session deleted in the database, an
+# expiry, SQL by hand): every open websocket's session and user are checked this often.
+# Changes made through the app (logout, admin edits, membership, roles) are pushed at once.
+SAGABOARD_LIVE_RECHECK_SECONDS = env_float(
+    "SAGABOARD_LIVE_RECHECK_SECONDS", 5.0, minimum=0.001, what="a number of seconds"
+)
+REDIS_URL = env_str("REDIS_URL")
+# Names in Redis start with this: two sagaboards on one Redis must not share it (pub/sub
+# channels ignore Redis's database number).
+SAGABOARD_REDIS_PREFIX = env_str("SAGABOARD_REDIS_PREFIX", "sagaboard")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": SAGABOARD_REDIS_PREFIX},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": 1000},
+        }
+    }
+if REDIS_URL:
+    # One cache for every process: rate-limit counters (failed logins, bad tokens) must
+    # add up across web processes, or each process would allow the limit again.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": SAGABOARD_REDIS_PREFIX,
+        }
+    }
+
+# Rate limits (sagaboard/infra/rate_limits.py): COUNT/PERIOD (s, m, h, d), or "off".
+# Failed logins per username and IP, and per IP whatever the username; failed API token
+# checks per IP; tokens minted per user. Over a limit: 429 with Retry-After.
+SAGABOARD_LOGIN_RATE = env_str("SAGABOARD_LOGIN_RATE", "5/15m")
+SAGABOARD_LOGIN_IP_RATE = env_str("SAGABOARD_LOGIN_IP_RATE", "30/15m")
+SAGABOARD_API_AUTH_RATE = env_str("SAGABOARD_API_AUTH_RATE", "30/1m")
+SAGABOARD_TOKEN_MINT_RATE = env_str("SAGABOARD_TOKEN_MINT_RATE", "20/1h")
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "saga_list"
+LOGOUT_REDIRECT_URL = "login"
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"  # made at start-up: whitenoise looks there first
+# whitenoise serves static files from the web processes themselves (no nginx needed):
+# collected and compressed by `manage.py collectstatic` in production, straight from the
+# source folders otherwise.
+WHITENOISE_USE_FINDERS = True
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+# Undos sagaboard runs itself (sagaboard/domain/undo_kinds.py) and the workers that run them.
+# None by default in production; with DEBUG on (`make run`: every process, the worker
+# included), the demo's StoreBot undos, so its server-run sagas undo as they should.
+SAGABOARD_COMPENSATION_MODULES = env_list(
+    "SAGABOARD_COMPENSATION_MODULES", "sagaboard.demo.compensations" if DEBUG else ""
+)
+SAGABOARD_WEBHOOK_SECRET = env_str("SAGABOARD_WEBHOOK_SECRET") or SECRET_KEY
+SAGABOARD_ALLOW_COMMAND_UNDOS = env_bool("SAGABOARD_ALLOW_COMMAND_UNDOS", False)
+SAGABOARD_UNDO_TIMEOUT_SECONDS = env_float(
+    "SAGABOARD_UNDO_TIMEOUT_SECONDS", 30.0, minimum=0.001, what="a number of seconds"
+)
+# The working directory of command undos (created, mode 0700): never the project's.
+SAGABOARD_COMMAND_UNDO_CWD = Path(
+    env_str("SAGABOARD_COMMAND_UNDO_CWD") or VAR_DIR / "undo-commands"
+)
+# Outgoing notifications (Slack-compatible JSON, HMAC-signed): approvals created or expired,
+# undos that ended ROLLBACK_FAILED. Links in them start with SAGABOARD_BASE_URL.
+SAGABOARD_NOTIFY_URL = env_str("SAGABOARD_NOTIFY_URL")
+SAGABOARD_BASE_URL = env_str("SAGABOARD_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+
+# Celery: Redis (or any broker URL) in production; with neither, a broker on the local
+# filesystem under var/, so the embedded default needs no server. Tasks are acknowledged
+# after they finish: a worker killed mid-undo has its task delivered again.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
+if CELERY_BROKER_URL == "filesystem://":
+    _queue_dir = VAR_DIR / "celery-queue"  # made at start-up (sagaboard/config/local_files.py)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir),
+        "data_folder_out": str(_queue_dir),
+        "control_folder": str(VAR_DIR / "celery-control"),
+        # kombu's filesystem transport sleeps this long whenever the queues are empty
+        # (default 1 s, so an approved undo waited up to a second to start); a poll is
+        # one listdir of a small folder: 0.05 s costs an idle worker ~0.3 % of a CPU.
+        "polling_interval": 0.05,
+    }
+    # kombu's, with each message written whole before a worker can see it (a worker that
+    # read a half-written message exited): sagaboard/infra/broker_files.py.
+    CELERY_BROKER_TRANSPORT = "sagaboard.infra.broker_files:Transport"
+else:
+    # A task not acknowledged (its worker died) is delivered again after this long; the
+    # sweep usually recovers the work sooner (see sagaboard/worker/tasks.py).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": 900,
+        # Queues and bindings in Redis carry the installation's prefix too.
+        "global_keyprefix": f"{SAGABOARD_REDIS_PREFIX}:",
+    }
+CELERY_TASK_ACKS_LATE = True
+# Beat keeps its schedule in memory: every entry is periodic (a sweep every 10 s, retention
+# daily), so nothing is lost on restart, and no schedule file can fail it (Python 3.13's
+# shelve on dbm.sqlite3 crashed the embedded beat under load with "locking protocol").
+CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ALWAYS_EAGER = env_bool("SAGABOARD_TASKS_EAGER", False)
+CELERY_TASK_EAGER_PROPAGATES = True
+SAGABOARD_WORKER_LEASE_SECONDS = env_float(
+    "SAGABOARD_WORKER_LEASE_SECONDS", 60.0, minimum=0.001, what="a number of seconds"
+)
+
+# /metrics: open unless a token is set (then "Authorization: Bearer <token>").
+SAGABOARD_METRICS_TOKEN = env_str("SAGABOARD_METRICS_TOKEN")
+
+# Logs: JSON lines (SAGABOARD_LOG_FORMAT=json, the default when DEBUG is off) or text, to
+# stderr; lines about a saga carry its saga_id and step_id (sagaboard/infra/logs.py).
+SAGABOARD_LOG_FORMAT = env_choice(
+    "SAGABOARD_LOG_FORMAT", "text" if DEBUG else "json", ("json", "text")
+)
+SAGABOARD_LOG_LEVEL = env_choice(
+    "SAGABOARD_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+)
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"saga": {"()": "sagaboard.infra.logs.SagaContextFilter"}},
+    "formatters": {
+        "json": {"()": "sagaboard.infra.logs.JsonFormatter"},
+        "text": {
+            "format": "%(asctime)s %(levelname)s %(name)s [%(saga_id)s %(step_id)s] %(message)s"
+        },
+    },
+    "handlers": {
+        "stderr": {
+            "class": "logging.StreamHandler",
+            "filters": ["saga"],
+            "formatter": "json" if SAGABOARD_LOG_FORMAT == "json" else "text",
+        }
+    },
+    "root": {"handlers": ["stderr"], "level": SAGABOARD_LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # At DEBUG it logs a whole template context (a minted token's page included)
+        # each time a variable is missing.
+        "django.template": {"level": "INFO"},
+    },
+}
+
+# Error reports (the DEBUG page, error e-mails) hide secrets and connection passwords.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "sagaboard.infra.logs.SecretsReporterFilter"
+
+# Data retention (sagaboard/domain/retention.py): a daily task deletes finished sagas (COMPLETED,
+# ROLLED_BACK) last changed more than this many days ago; 0 turns it off. Unresolved sagas
+# are never deleted. `manage.py sagaboard_retention` runs it by hand (and can archive).
+SAGABOARD_RETENTION_DAYS = env_int("SAGABOARD_RETENTION_DAYS", 90, minimum=0)
+
+# Agents' clocks (sagaboard/infra/clock.py): lists, filters, charts, retention and sweeps use the
+# server's own times; an agent's reported time further than this from the server's is
+# shown with a warning.
+SAGABOARD_CLOCK_SKEW = env_seconds("SAGABOARD_CLOCK_SKEW", 300.0)

@@ -1,0 +1,41 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
+from django.urls import path
+from django.views.generic import RedirectView
+
+from sagaboard.api.v1 import api
+from sagaboard.web import pages, policy_pages, probes, queue_pages, token_pages
+
+handler404 = "sagaboard.web.not_found.page_not_found"
+
+urlpatterns = [
+    path("", pages.saga_list, name="saga_list"),
+    path("overview/", pages.overview, name="overview"),
+    path("healthz", probes.healthz, name="healthz"),
+    path("metrics", probes.metrics, name="metrics"),
+    path("tokens/", token_pages.token_list, name="token_list"),
+    path("approvals/", queue_pages.approval_queue, name="approval_queue"),
+    path("approvals/<int:pk>/decide/", queue_pages.approval_decide, name="approval_decide"),
+    path("approvals/bulk/", queue_pages.approvals_bulk, name="approvals_bulk"),
+    path("attention/", queue_pages.attention, name="attention"),
+    path("steps/<int:pk>/action/", queue_pages.step_action, name="step_action"),
+    path("steps/bulk/", queue_pages.steps_bulk, name="steps_bulk"),
+    path("policies/", policy_pages.policy_list, name="policy_list"),
+    path("policies/<int:pk>/", policy_pages.policy_edit, name="policy_edit"),
+    path("audit/", policy_pages.audit, name="audit"),
+    path("tokens/<str:prefix>/revoke/", token_pages.token_revoke, name="token_revoke"),
+    # <path:>: an agent's saga id may hold "/" (ids are the agent's choice); <str:> made every
+    # page linking to such a saga fail to render (NoReverseMatch), for every user.
+    path("sagas/<slug:project>/<path:saga_id>/", pages.saga_detail, name="saga_detail"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Pages without an icon link (the admin's) make browsers ask for this: no 404 in their console.
+    path(
+        "favicon.ico",
+        RedirectView.as_view(url=static("sagaboard/favicon.svg")),
+        name="favicon",
+    ),
+    path("admin/", admin.site.urls),
+    path("api/v1/", api.urls),
+]

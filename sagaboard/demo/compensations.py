@@ -1,0 +1,30 @@
+"""Server-side undos for the demo's StoreBot sagas (listed in SAGABOARD_COMPENSATION_MODULES).
+
+Real deployments list their own modules; these only print what a real undo
+would do, and ``fail_first`` makes an undo fail on its first attempts, so the
+demo (and the end-to-end test) can show a retry from the dashboard.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sagaboard.domain.undo_kinds import compensation
+from undo_core import UndoContext
+
+
+def _maybe_fail(ctx: UndoContext, fail_first: int, what: str) -> None:
+    if ctx.attempt <= fail_first:
+        raise ConnectionError(f"{what}: upstream timed out (attempt {ctx.attempt})")
+
+
+@compensation("storebot.refund_payment")
+def cancel_refund(input: Any, output: Any, ctx: UndoContext, fail_first: int = 0) -> str:
+    _maybe_fail(ctx, fail_first, "refund reversal")
+    return f"refund {output} reversed (idempotency key {ctx.idempotency_key})"
+
+
+@compensation("storebot.return_item")
+def cancel_return(input: Any, output: Any, ctx: UndoContext, fail_first: int = 0) -> str:
+    _maybe_fail(ctx, fail_first, "warehouse return cancellation")
+    return f"return {output} cancelled (idempotency key {ctx.idempotency_key})"

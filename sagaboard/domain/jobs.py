@@ -1,0 +1,50 @@
+"""Background work, asked for by name: the only code that puts a task on the queue.
+
+Services say *what* should run later (``rollback_continue(saga_pk)``); a worker's
+task of that name (``sagaboard.worker.tasks``) carries it out. Naming the task here
+instead of importing it keeps the worker above the domain: tasks call services, and
+services never import tasks.
+
+Everything is enqueued when the current transaction commits, so a change that is
+rolled back never reaches a worker, and a worker never reads a row before it exists.
+The names are stable across releases: messages already on a broker at an upgrade
+still find their task.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import current_app
+from django.db import transaction
+
+ROLLBACK_CONTINUE = "sagaboard.tasks.rollback_continue"
+STEP_ACTION_RUN = "sagaboard.tasks.step_action_run"
+NOTIFICATION_SEND = "sagaboard.tasks.notification_send"
+SWEEP = "sagaboard.tasks.sweep"
+RETENTION_SWEEP = "sagaboard.tasks.retention_sweep"
+
+
+def rollback_continue(saga_pk: int) -> None:
+    """Run (or go on with) the undos of a saga sagaboard runs."""
+    _on_commit(ROLLBACK_CONTINUE, saga_pk)
+
+
+def step_action_run(step_pk: int) -> None:
+    """Carry out an operator's retry or force-resolve of one failed undo."""
+    _on_commit(STEP_ACTION_RUN, step_pk)
+
+
+def notification_send(notification_pk: int) -> None:
+    """Deliver one outbox notification (retried by the sweep until delivered)."""
+    _on_commit(NOTIFICATION_SEND, notification_pk)
+
+
+def enqueue_now(name: str, *args: Any, countdown: float | None = None) -> None:
+    """Queue the task ``name`` at once, outside any transaction (the sweep's own work)."""
+    # By the registered task (not ``send_task``), so eager mode runs it in this process.
+    current_app.tasks[name].apply_async(args=args, countdown=countdown)
+
+
+def _on_commit(name: str, *args: Any) -> None:
+    transaction.on_commit(lambda: enqueue_now(name, *args))

@@ -1,0 +1,328 @@
+"""Compensations of the sagas sagaboard runs, carried out by a worker with undo_core's engine.
+
+The worker restores the saga from ``DjangoStore`` under a lease (one worker
+per saga at a time; a dead worker's lease is taken over), gives the engine
+tools whose undo runs the step's server-side kind, and a gate whose answers
+come from the approval table. Every transition, attempt and decision goes
+through the engine's own state machine, so the rules are the ones the agent's
+in-process sagas follow. An undo gets the step's idempotency key: an attempt
+interrupted by a crash is run again with the same key.
+
+A task reads the saga, its steps and the policies once (``TaskRows``); only what
+guards an undo is read again right before it runs (the step at the gate, the
+approval that stands). ``tests/sagaboard/test_approval_queries.py`` pins the count.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from sagaboard.domain import approvals, audit, undo_kinds
+from sagaboard.domain.worker_store import Busy, WorkerStore
+from sagaboard.infra.logs import saga_context
+from sagaboard.models import Approval, ApprovalPolicy, Saga, Step
+from undo_core import (
+    ApprovalRequest,
+    Decision,
+    FailedCompensation,
+    LeaseError,
+    SagaStatus,
+    StepState,
+    Tool,
+    UndoContext,
+    define_tool,
+)
+from undo_core import Saga as EngineSaga
+from undo_core.engine import default_owner
+from undo_core.recovery import local_owner_dead
+
+log = logging.getLogger("sagaboard.domain.runner")
+
+
+class TaskRows:
+    """What one task reads once: the saga's steps (with attempts) and the enabled policies.
+
+    Read once, so the approval round trip does not read the step and the policies again
+    at each stage before an undo starts. The policies are read again after each undo (which
+    may take a while), so a policy switched on during a long rollback still applies
+    to the undos after it.
+    """
+
+    def __init__(self, saga: Saga) -> None:
+        self.saga = saga
+        self.steps = {s.step_id: s for s in saga.steps.prefetch_related("attempts")}
+        self._policies: list[ApprovalPolicy] | None = None
+
+    def policies(self) -> list[ApprovalPolicy]:
+        if self._policies is None:
+            self._policies = approvals.policies_enabled(self.saga.project)
+        return self._policies
+
+    def forget_policies(self) -> None:
+        self._policies = None
+
+    def step(self, step_id: str) -> Step:
+        row = self.steps.get(step_id)
+        return row if row is not None else Step.objects.get(saga=self.saga, step_id=step_id)
+
+    def approval_reason(self, step: Step) -> str | None:
+        return approvals.approval_reason(self.saga.project, step, self.policies())
+
+
+def _forward_not_here(*args: Any) -> Any:
+    raise RuntimeError("a saga's forward steps do not run in sagaboard's workers")
+
+
+class ServerGate:
+    """undo_core's gate for sagas sagaboard runs: decisions come from people, via the DB."""
+
+    def __init__(self, saga: Saga, rows: TaskRows | None = None) -> None:
+        self.saga = saga
+        self.rows = rows or TaskRows(saga)
+
+    def approve_compensation(self, request: ApprovalRequest) -> Decision:
+        # The step as it is now (not the task's copy): the approval is for what is
+        # stored; the undo then checks what it would run against what was approved.
+        step = Step.objects.get(saga=self.saga, step_id=request.step.id)
+        why = self.rows.approval_reason(step) or request.why
+        approval = approvals.approval_open(self.saga, step, why, policies=self.rows.policies())
+        if approval.status == Approval.Status.PENDING:
+            return Decision.wait(reason="waiting for an approver")
+        voters = ", ".join(audit.actor_of(v.user) for v in approval.votes.select_related("user"))
+        if approval.status == Approval.Status.APPROVED:
+            return Decision.approve(actor=voters or None, reason=approval.decided_reason)
+        if approval.status in (Approval.Status.REJECTED, Approval.Status.EXPIRED):
+            return Decision.reject(
+                approval.decided_reason or approval.status.lower(), actor=voters or "system"
+            )
+        return Decision.wait(reason="waiting for an approver")
+
+    def compensation_failed(self, request: FailedCompensation) -> Decision:
+        return Decision.leave(reason="left for an operator: retry, resolve or leave it failed")
+
+
+@contextmanager
+def _lease_kept(saga: Saga, owner: str) -> Iterator[None]:
+    """Renew the worker's lease while an undo runs, however long it takes.
+
+    The engine renews only when it writes; an undo that outlasted the lease would
+    look orphaned and be run a second time, at once, by another worker.
+    """
+    seconds = settings.SAGABOARD_WORKER_LEASE_SECONDS
+    stop = threading.Event()
+
+    def renew() -> None:
+        try:
+            while not stop.wait(seconds / 3):
+                Saga.objects.filter(pk=saga.pk, lease_owner=owner).update(
+                    lease_expires_at=timezone.now() + timedelta(seconds=seconds)
+                )
+        finally:
+            connection.close()  # this thread's own connection
+
+    keeper = threading.Thread(target=renew, name=f"lease-{saga.saga_id}", daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join()
+
+
+def _approved_hash(saga: Saga, step: Step, rows: TaskRows) -> str | None:
+    """The plan hash a person approved for this undo; None when it needs no approval.
+
+    Read again right before the undo runs (the engine does not ask the gate again
+    on an operator's retry): an undo that needs approval and has none that
+    stands is refused, whatever path reached it.
+    """
+    if rows.approval_reason(step) is None:
+        return None
+    current = approvals.approval_current(step)
+    if current is None or current.status != Approval.Status.APPROVED:
+        message = "refused: this undo needs approval and none stands for what would run"
+        _refused(saga, step, message, rows)
+        raise undo_kinds.PlanChanged(message)
+    return current.plan_hash
+
+
+def _refused(saga: Saga, step: Step, message: str, rows: TaskRows) -> None:
+    """Audit the refusal, and ask a person about what would run now (voiding the stale one)."""
+    log.warning("%s", message)
+    audit.record(
+        user=None, actor="worker", action="undo.refused", saga=saga, step=step,
+        reason=message, to_state=step.state,
+    )  # fmt: skip
+    fresh = Step.objects.get(pk=step.pk)
+    why = rows.approval_reason(fresh) or ""
+    approvals.approval_open(saga, fresh, why, policies=rows.policies())
+
+
+def _tools(
+    saga: Saga, rows: TaskRows, store: WorkerStore, outputs: dict[str, str], owner: str
+) -> dict[str, Tool]:
+    steps = rows.steps
+
+    def undo(output: Any, input: Any, ctx: UndoContext) -> None:
+        if not store.lease_taken:  # cannot happen: an undo starts after a write took it
+            raise LeaseError(f"refused: the undo of {ctx.step_id} would run without the lease")
+        step = steps[ctx.step_id]
+        with saga_context(saga.saga_id, ctx.step_id), _lease_kept(saga, owner):
+            log.info("undo attempt %s starts (key %s)", ctx.attempt, ctx.idempotency_key)
+            try:
+                approved = _approved_hash(saga, step, rows)
+                try:
+                    outputs[ctx.step_id] = undo_kinds.run(saga, step, ctx, approved_hash=approved)
+                except undo_kinds.PlanChanged as refused:
+                    _refused(saga, step, str(refused), rows)
+                    raise
+            finally:
+                rows.forget_policies()  # the next step's undo reads them afresh
+            log.info("undo attempt %s succeeded", ctx.attempt)
+
+    # Every tool gets the one undo, which runs each step's own kind (by ``ctx.step_id``):
+    # whether a step has an undo is the step's ``has_undo``, and whether it can run here
+    # is ``undo_kinds.undo_check``, asked by ``undo_kinds.run`` (and by the plan people read).
+    return {s.tool_name: define_tool(s.tool_name, _forward_not_here, undo) for s in steps.values()}
+
+
+@contextmanager
+def attached(saga: Saga, *, lazy_lease: bool = False) -> Iterator[EngineSaga]:
+    """The saga in the engine, held under this worker's lease until the block ends.
+
+    ``lazy_lease``: take the lease with the engine's first write instead of at once
+    (one commit fewer before an approved undo starts; see ``sagaboard.domain.worker_store``).
+    Nothing is held until then, and a worker that lost the saga to another one in
+    between gets ``Busy`` from that write, having done nothing.
+    """
+    outputs: dict[str, str] = {}
+    rows = TaskRows(saga)
+    store = WorkerStore(saga, list(rows.steps.values()), lazy_lease=lazy_lease)
+    # host:pid first, so recovery can tell at once when this worker has died.
+    owner = f"{default_owner()}:worker"
+
+    def needs_approval(snapshot: Any) -> bool:
+        return rows.approval_reason(rows.step(snapshot.id)) is not None
+
+    try:
+        engine = EngineSaga.restore(
+            store,
+            saga.saga_id,
+            _tools(saga, rows, store, outputs, owner),
+            owner=owner,
+            lease_seconds=settings.SAGABOARD_WORKER_LEASE_SECONDS,
+            gate=ServerGate(saga, rows),
+            approval_policy=needs_approval,
+        )
+    except LeaseError as err:
+        raise Busy(str(err)) from err
+    try:
+        with saga_context(saga.saga_id):
+            yield engine
+    finally:
+        engine.release()
+        for step_id, text in outputs.items():
+            if text:
+                step = Step.objects.get(saga=saga, step_id=step_id)
+                audit.record(
+                    user=None, actor="worker", action="undo.output", saga=saga, step=step,
+                    reason=text[: undo_kinds.OUTPUT_CAP + 200], to_state=step.state,
+                )  # fmt: skip
+
+
+def rollback_continue(saga_pk: int) -> str:
+    """Run (or go on with) a server-run saga's rollback as far as decisions allow."""
+    saga = Saga.objects.select_related("project").get(pk=saga_pk)
+    if saga.driver != Saga.Driver.SERVER:
+        return "run by its agent"
+    if saga.status not in (SagaStatus.COMPENSATING, SagaStatus.ROLLBACK_FAILED):
+        return f"nothing to do: {saga.status}"
+    with attached(saga, lazy_lease=True) as engine:
+        engine.resume_rollback()
+        return str(engine.status)
+
+
+def step_action_run(step_pk: int) -> str:
+    """Carry out an operator's pending retry or resolve, then go on with the rollback."""
+    step = Step.objects.select_related("saga__project").get(pk=step_pk)
+    request = step.pending_action
+    if not request:
+        return "nothing pending"
+    saga, by = step.saga, request.get("by")
+    failed = (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT)
+    with attached(saga) as engine:  # Busy (another worker holds it): the request stays
+        try:
+            state = engine.step(step.step_id).state
+            if state is StepState.COMPENSATING:
+                engine.resume_rollback(actor=by)  # redelivered after a crash: finish it
+            elif request["action"] == "retry" and state in failed:
+                engine.retry_compensation(step.step_id, actor=by)
+            elif request["action"] == "resolve" and state in failed:
+                engine.resolve(step.step_id, request["reason"], actor=by)
+            settled = engine.step(step.step_id).state in (StepState.ROLLED_BACK, StepState.RESOLVED)
+            if settled and engine.status in (SagaStatus.ROLLBACK_FAILED, SagaStatus.COMPENSATING):
+                engine.resume_rollback(actor=by)  # the rest of a halted rollback goes on
+            return str(engine.step(step.step_id).state)
+        finally:
+            Step.objects.filter(pk=step.pk).update(pending_action=None)
+
+
+def orphaned_work(*, stale_seconds: float = 30.0) -> list[tuple[str, int]]:
+    """Work whose task was lost (a worker killed with its queue): ("saga"|"step", pk).
+
+    A server-run saga left COMPENSATING with no live lease and no approval
+    pending, and an operator's request still pending after ``stale_seconds``
+    on a saga nobody holds; at once, any saga whose lease holder is a process of
+    this host that has died (a worker SIGKILLed mid-undo). Picking one up twice
+    is harmless: the lease lets one worker in, and the state says whether
+    anything is left to do.
+    """
+    from datetime import timedelta
+
+    from django.db.models import Q
+    from django.utils import timezone
+
+    now = timezone.now()
+    free = Q(saga__lease_owner__isnull=True) | Q(saga__lease_expires_at__lt=now)
+    cutoff = now - timedelta(seconds=stale_seconds)
+    sagas = (
+        Saga.objects.filter(
+            driver=Saga.Driver.SERVER, status=SagaStatus.COMPENSATING, changed_at__lt=cutoff
+        )
+        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
+        .exclude(approvals__status=Approval.Status.PENDING)
+        .values_list("pk", flat=True)[:100]
+    )
+    steps = [
+        (pk, request)
+        for pk, request in Step.objects.filter(
+            free, pending_action__isnull=False, saga__driver=Saga.Driver.SERVER
+        ).values_list("pk", "pending_action")[:100]
+    ]
+    stale_steps = [
+        pk for pk, request in steps if (request or {}).get("at", "") < cutoff.isoformat()
+    ]
+    held = Saga.objects.filter(
+        driver=Saga.Driver.SERVER,
+        status__in=[SagaStatus.COMPENSATING, SagaStatus.ROLLBACK_FAILED],
+        lease_owner__isnull=False,
+        lease_expires_at__gte=now,
+    ).values_list("pk", "lease_owner")[:200]
+    dead = [pk for pk, owner in held if local_owner_dead(owner)]
+    dead_steps = list(
+        Step.objects.filter(saga_id__in=dead, pending_action__isnull=False).values_list(
+            "pk", flat=True
+        )
+    )
+    return [("saga", pk) for pk in [*sagas, *dead]] + [
+        ("step", pk) for pk in [*stale_steps, *dead_steps]
+    ]

@@ -1,0 +1,383 @@
+"""The live feed: rendered saga fragments pushed to a logged-in browser, for its projects only.
+
+The page says what it shows in the websocket URL: ``?saga=<pk>`` for a saga page,
+``?list=1`` (with the list's filters) for the first page of the saga list,
+``?queue=1`` for the approval queue, ``?attention=1`` for the failed undos, and
+``after=<log id>`` for the last event it was rendered with, so a browser that
+reconnects catches up on everything it missed from the event log.
+
+Who may watch is checked at the handshake and again while the socket is open
+(``sagaboard.live.access``): a session that ends or a user who may no longer see
+a project the page shows gets the socket closed (4401, 4403), and nothing after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
+
+from sagaboard.live.access import (
+    CLOSE_FORBIDDEN,
+    CLOSE_UNAUTHENTICATED,
+    Access,
+    access_for_sessions,
+    session_tag,
+    user_group,
+)
+from sagaboard.live.relay import project_group, recheck, relay
+from sagaboard.models import Approval, Event, Saga
+from sagaboard.selectors import visible, work_queues
+from undo_core import StepState
+
+log = logging.getLogger("sagaboard.live.consumers")
+
+CATCH_UP_PAGE = 1000
+CLOSE_TRY_AGAIN = 1013
+"""The re-check itself failed: the browser reconnects (a fresh handshake checks again)."""
+SENT_KEPT = 20_000
+
+
+class SagaFeedConsumer(AsyncWebsocketConsumer):
+    revoked = False
+    groups: tuple[str, ...] = ()
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        session_key = getattr(self.scope.get("session"), "session_key", None)
+        if user is None or not user.is_authenticated or not session_key:
+            # Accepted, then closed: a code sent before accepting reaches a browser as an
+            # HTTP 403 without it. Nothing is sent in between.
+            await self.accept()
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        params = {k: v[-1] for k, v in parse_qs(self.scope["query_string"].decode()).items()}
+        self.view = _View.from_params(params)
+        self.user = user
+        self.session_key, self.session_tag = session_key, session_tag(session_key)
+        # The user's group first: a revocation committed from here on reaches this socket,
+        # and one committed before is already in what is read next: the session and the
+        # projects, read again after joining (the handshake read the session before it).
+        self.groups = (user_group(user.pk),)
+        await self.channel_layer.group_add(self.groups[0], self.channel_name)
+        access = await _access_of(session_key)
+        if access.user is None or access.user.pk != user.pk:
+            await self._leave_groups()
+            await self.accept()
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        self.projects = sorted(access.projects)
+        if self.view.saga_pk is not None:
+            # A saga page shows one project: only its events, only its membership matters.
+            saga_project = await _saga_project(self.view.saga_pk)
+            self.projects = [p for p in self.projects if p == saga_project]
+        for group in (project_group(pk) for pk in self.projects):
+            self.groups += (group,)
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+        recheck(access_for_sessions).add(self)
+        after, newest = params.get("after", ""), await _newest_id()
+        # Never past the log's end: the first browser's ``after`` starts this process's relay,
+        # so one typed into the URL would freeze every browser's feed (and overflow SQL).
+        start = min(int(after), newest) if after.isdigit() else newest
+        # Per project, the newest event this browser has: everything after it is either
+        # relayed or refilled from the log, so delivery is complete whatever is dropped.
+        self.last: dict[int, int] = dict.fromkeys(self.projects, start)
+        self.sent: set[int] = set()
+        relay(start)
+        await self._catch_up(start)
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Live events skip Channels' per-message hop to the sync thread (it closes stale DB
+        # connections, which these handlers reach only through database_sync_to_async):
+        # with 200 browsers that hop costs a fifth of the server's CPU.
+        if message.get("type") == "saga.event":
+            await self.saga_event(message)
+        elif message.get("type") == "saga.tail":
+            await self.saga_tail(message)
+        else:
+            await super().dispatch(message)
+
+    async def disconnect(self, code: int) -> None:
+        recheck(access_for_sessions).discard(self)
+        await self._leave_groups()
+
+    async def _leave_groups(self) -> None:
+        groups, self.groups = self.groups, ()
+        for group in groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def access_changed(self, message: dict[str, Any]) -> None:
+        """A revocation pushed by the app (``live_access``): re-check this socket now."""
+        if self.revoked:
+            return
+        if message.get("ended") == self.session_tag:  # this very session logged out
+            await self._revoke(CLOSE_UNAUTHENTICATED)
+            return
+        message_id = message.get("id")
+        try:
+            access = await (
+                _checks.get((message_id, self.session_key))
+                if message_id
+                else _access_of(self.session_key)
+            )
+        except Exception:  # the database blinked: closed, never left open unchecked
+            log.exception("could not re-check a live feed's access after a revocation")
+            await self._revoke(CLOSE_TRY_AGAIN)
+            return
+        await self.apply_access(access)
+
+    async def apply_access(self, access: Access) -> None:
+        """Close the socket if its session or its projects are no longer what it shows.
+
+        Losing a project the page does not show (another project, on a saga page)
+        keeps the feed open; gaining one shows on the next page load.
+        """
+        if self.revoked:
+            return
+        if access.user is None or access.user.pk != self.user.pk:
+            await self._revoke(CLOSE_UNAUTHENTICATED)
+        elif not set(self.projects) <= access.projects:
+            await self._revoke(CLOSE_FORBIDDEN)
+        else:
+            self.user = access.user  # current permissions for what is rendered per user
+
+    async def _revoke(self, code: int) -> None:
+        """Nothing is sent after this: every send checks ``revoked`` last, then the close."""
+        self.revoked = True
+        recheck(access_for_sessions).discard(self)
+        await self.close(code=code)
+        await self._leave_groups()
+
+    async def saga_event(self, message: dict[str, Any]) -> None:
+        if self.revoked:
+            return
+        project, log_id = message["project"], message["log_id"]
+        last = self.last.get(project)
+        if last is None or log_id in self.sent:
+            return  # not this browser's project, or already sent (by a catch-up)
+        if log_id <= last:
+            # Committed after newer events were relayed (PostgreSQL assigns ids at insert;
+            # the relay reads such late ids again): new to this browser, so show it.
+            await self._push(project, log_id, message["saga_pk"])
+            return
+        prev = message["prev"]
+        if prev is None or prev > last:
+            # A message was dropped (prev is past what we have), or a relay has just
+            # (re)started and cannot say what came before: refill from the log.
+            await self._catch_up(last, project=project)
+            return
+        await self._push(project, log_id, message["saga_pk"])
+
+    async def saga_tail(self, message: dict[str, Any]) -> None:
+        """The relay's newest id for a project: past ours means its last messages were lost."""
+        project = message["project"]
+        last = self.last.get(project)
+        if not self.revoked and last is not None and message["log_id"] > last:
+            await self._catch_up(last, project=project)
+
+    async def _catch_up(self, after: int, *, project: int | None = None) -> None:
+        while not self.revoked:
+            rows = await _missed(self.projects, after, project)
+            for log_id, project_pk, saga_pk in rows:
+                if log_id not in self.sent and not self.revoked:
+                    await self._push(project_pk, log_id, saga_pk)
+            if len(rows) < CATCH_UP_PAGE:
+                return
+            after = rows[-1][0]
+
+    async def _push(self, project: int, log_id: int, saga_pk: int) -> None:
+        self.last[project] = max(log_id, self.last.get(project, 0))
+        self.sent.add(log_id)
+        if len(self.sent) > SENT_KEPT * 2:  # forget the oldest half (a resend is harmless)
+            self.sent = set(sorted(self.sent)[-SENT_KEPT:])
+        if self.view.attention:
+            html = await _render_attention(self.user, log_id)  # per user: whole body
+        else:
+            html = await fragments.get(self.view, saga_pk, log_id)
+        if html and not self.revoked:  # revoked while rendering: the render is dropped
+            await self.send(text_data=html)
+
+
+class _View:
+    """What the browser's page shows, so only fragments with a target on it are sent."""
+
+    def __init__(self, saga_pk: int | None, listing: bool, filters: dict[str, str]) -> None:
+        self.saga_pk, self.listing, self.filters = saga_pk, listing, filters
+        self.queue = self.attention = False
+
+    @classmethod
+    def from_params(cls, params: dict[str, str]) -> _View:
+        saga = params.get("saga", "")
+        names = ("status", "tool", "q", "project", "outcome", "waiting")
+        filters = {k: params[k] for k in names if params.get(k)}
+        view = cls(int(saga) if saga.isdigit() else None, params.get("list") == "1", filters)
+        view.queue, view.attention = params.get("queue") == "1", params.get("attention") == "1"
+        return view
+
+
+@database_sync_to_async
+def _saga_project(saga_pk: int) -> int | None:
+    return Saga.objects.filter(pk=saga_pk).values_list("project_id", flat=True).first()
+
+
+@database_sync_to_async
+def _access_of(session_key: str) -> Access:
+    return access_for_sessions([session_key])[session_key]
+
+
+class _Checks:
+    """One check per session per revocation message, however many of its sockets hear it.
+
+    A user with 200 tabs open who logs out elsewhere costs one session check, not 200.
+    Keyed by the message's id too: a check started for an earlier message may have read
+    the state before this one's change, so it is never reused for a later message.
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self.tasks: OrderedDict[tuple[str, str], asyncio.Task[Access]] = OrderedDict()
+
+    def get(self, key: tuple[str, str]) -> asyncio.Task[Access]:
+        task = self.tasks.get(key)
+        if task is None or task.get_loop() is not asyncio.get_running_loop():
+            task = self.tasks[key] = asyncio.ensure_future(_access_of(key[1]))
+            while len(self.tasks) > self.size:
+                self.tasks.popitem(last=False)
+        return task
+
+
+_checks = _Checks()
+
+
+@database_sync_to_async
+def _missed(projects: list[int], after: int, project: int | None) -> list[tuple[int, int, int]]:
+    wanted = [project] if project is not None else projects
+    return list(
+        Event.objects.filter(project_id__in=wanted, pk__gt=after)
+        .order_by("pk")
+        .values_list("pk", "project_id", "saga_id")[:CATCH_UP_PAGE]
+    )
+
+
+@database_sync_to_async
+def _newest_id() -> int:
+    return visible.last_event_id()
+
+
+@database_sync_to_async
+def _render_detail(saga_pk: int, log_id: int) -> str:
+    saga = Saga.objects.select_related("project").get(pk=saga_pk)
+    full = visible.saga_get_for_project(project=saga.project, saga_id=saga.saga_id)
+    events = visible.event_list_for_saga(saga=saga, limit=1000)
+    context = {"saga": full, "events": events, "last_log_id": log_id}
+    return render_to_string(
+        "sagaboard/_saga_live.html", {**context, **work_queues.saga_page_extras(full)}
+    )
+
+
+@database_sync_to_async
+def _render_row(saga_pk: int, log_id: int) -> tuple[Saga, frozenset[str], str]:
+    saga = Saga.objects.select_related("project").get(pk=saga_pk)
+    tools = frozenset(saga.steps.values_list("tool_name", flat=True))
+    html = render_to_string("sagaboard/_saga_row_live.html", {"saga": saga, "last_log_id": log_id})
+    return saga, tools, html
+
+
+# Live fragments are shared between users, so they never carry anyone's CSRF token: their
+# forms post with htmx, which sends the page's own token in a header.
+_NO_CSRF = {"live": True}
+
+# Events that change what the needs-attention page lists.
+_ATTENTION_STATES = {StepState.ROLLBACK_FAILED, StepState.IN_DOUBT}
+
+
+@database_sync_to_async
+def _render_attention(user: Any, log_id: int) -> str:
+    event = Event.objects.filter(pk=log_id).values("kind", "from_state", "to_state").first()
+    if event is None:
+        return ""
+    touches = event["from_state"] in _ATTENTION_STATES or event["to_state"] in _ATTENTION_STATES
+    if not (touches or event["kind"].startswith("step.")):
+        return ""
+    groups = work_queues.failures_open(visible.projects_for_user(user))
+    body = render_to_string("sagaboard/_attention_body.html", {"groups": groups, **_NO_CSRF})
+    return body.replace(
+        '<div id="attention-body">', '<div id="attention-body" hx-swap-oob="true">', 1
+    )
+
+
+@database_sync_to_async
+def _render_queue(saga_pk: int, log_id: int) -> str:
+    """Queue items touched by this event: a new one appended, a decided one removed."""
+    event = Event.objects.filter(pk=log_id).values("kind", "step_id").first()
+    if event is None or not event["kind"].startswith("approval."):
+        return ""
+    saga = Saga.objects.select_related("project").get(pk=saga_pk)
+    parts = []
+    for a in work_queues.approvals_for_step([saga.project], saga_pk, event["step_id"]):
+        if a.status != Approval.Status.PENDING:
+            parts.append(f'<li id="approval-{a.pk}" hx-swap-oob="delete"></li>')
+            continue
+        item = render_to_string("sagaboard/_approval_item.html", {"a": a, **_NO_CSRF})
+        if event["kind"] == "approval.requested":
+            parts.append(f'<ol hx-swap-oob="beforeend:#approval-items">{item}</ol>')
+        else:
+            parts.append(item.replace("<li ", '<li hx-swap-oob="outerHTML" ', 1))
+    return "".join(parts)
+
+
+class _Fragments:
+    """Each fragment rendered once per process, however many browsers show it.
+
+    With 200 browsers on one list, an event costs one query and one render, not
+    200: the first consumer to ask renders, the others await the same task.
+    Fragments hold no per-user content (scoping happens before: a consumer only
+    hears its projects' events), so sharing them leaks nothing.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self.tasks: OrderedDict[tuple[str, int, int], asyncio.Task[Any]] = OrderedDict()
+
+    def _once(self, key: tuple[str, int, int], make: Callable[[], Awaitable[Any]]) -> Any:
+        task = self.tasks.get(key)
+        if task is None or task.get_loop() is not asyncio.get_running_loop():
+            task = self.tasks[key] = asyncio.ensure_future(make())
+            while len(self.tasks) > self.size:
+                self.tasks.popitem(last=False)
+        return task
+
+    async def get(self, view: _View, saga_pk: int, log_id: int) -> str:
+        if view.queue:
+            queue: str = await self._once(
+                ("queue", saga_pk, log_id), lambda: _render_queue(saga_pk, log_id)
+            )
+            return queue
+        if view.saga_pk is not None:
+            if view.saga_pk != saga_pk:
+                return ""
+            html: str = await self._once(
+                ("detail", saga_pk, log_id), lambda: _render_detail(saga_pk, log_id)
+            )
+            return html
+        if not view.listing:
+            return ""
+        saga, tools, row = await self._once(
+            ("row", saga_pk, log_id), lambda: _render_row(saga_pk, log_id)
+        )
+        if visible.saga_matches(saga, tools, **view.filters):
+            return row
+        # No longer on this filtered list (it left the status shown): take the row away.
+        gone = f'<tr id="saga-{saga_pk}" data-gone hidden></tr>'
+        return f'<tbody hx-swap-oob="afterbegin:#saga-rows">{gone}</tbody>'
+
+
+fragments = _Fragments()

@@ -1,0 +1,1 @@
+"""Reads, scoped to what the caller may see; no writes and no business decisions."""

@@ -1,0 +1,167 @@
+"""Reads for the work queues: approvals awaiting a decision, failed undos awaiting an operator.
+
+Scoped like every read: only the caller's projects.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from django.db.models import Prefetch, QuerySet
+
+from sagaboard.domain.undo_kinds import plan_for, undo_check
+from sagaboard.models import Approval, ApprovalVote, CompensationAttempt, Project, Saga, Step
+from sagaboard.selectors import rollback_outcomes
+from undo_core import StepState
+
+QUEUE_LIMIT = 200
+
+
+def _approvals(projects: Sequence[Project]) -> QuerySet[Approval]:
+    return (
+        Approval.objects.filter(project__in=projects)
+        .select_related("saga__project", "step")
+        .prefetch_related(Prefetch("votes", queryset=ApprovalVote.objects.select_related("user")))
+    )
+
+
+def approvals_pending(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) -> list[Approval]:
+    """Pending approvals, oldest first (the one that has waited longest is on top)."""
+    rows = _approvals(projects).filter(status=Approval.Status.PENDING).order_by("created_at", "pk")
+    approvals = list(rows[:limit])
+    _attach_failed_steps(approvals)
+    return approvals
+
+
+def approvals_for_step(projects: Sequence[Project], saga_pk: int, step_id: str) -> list[Approval]:
+    approvals = list(
+        _approvals(projects).filter(saga_id=saga_pk, step__step_id=step_id).order_by("pk")
+    )
+    _attach_failed_steps(approvals)
+    return approvals
+
+
+def _attach_failed_steps(approvals: list[Approval]) -> None:
+    """Each approval's saga gets ``failed`` (the forward step whose failure began the rollback),
+    and each approval ``cannot_run``: why its undo cannot run here ('' when it can), the
+    runner's own check, shown before anyone approves."""
+    for a in approvals:
+        check = undo_check(a.saga.driver, a.step.undo)
+        a.cannot_run = "" if check else check.why  # type: ignore[attr-defined]
+    sagas = {a.saga_id: a.saga for a in approvals}
+    failed = {
+        s.saga_id: s
+        for s in Step.objects.filter(saga_id__in=list(sagas), state=StepState.FAILED).order_by(
+            "position"
+        )
+    }
+    for saga_pk, saga in sagas.items():
+        saga.failed = failed.get(saga_pk)  # type: ignore[attr-defined]
+
+
+def _signature(step: Step) -> str:
+    """Failures that share a cause: same tool, same error once numbers and ids are masked."""
+    error = re.sub(r"\d+", "#", (step.error or "").strip())[:200]
+    return f"{step.tool_name}: {error}"
+
+
+@dataclass
+class FailureGroup:
+    signature: str
+    tool_name: str
+    error: str
+    steps: list[Step] = field(default_factory=list)
+
+
+def failures_open(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) -> list[FailureGroup]:
+    """Failed or in-doubt undos nobody has settled or left, grouped by error signature.
+
+    Oldest first by the server's clock (when it stored each step's move).
+    """
+    steps = list(
+        Step.objects.filter(rollback_outcomes.waits_for_operator(), saga__project__in=projects)
+        .select_related("saga__project")
+        .prefetch_related(
+            Prefetch("attempts", queryset=CompensationAttempt.objects.order_by("number"))
+        )
+        .order_by("changed_at", "pk")[:limit]
+    )
+    groups: dict[str, FailureGroup] = {}
+    for step in steps:
+        key = _signature(step)
+        group = groups.setdefault(key, FailureGroup(key, step.tool_name, step.error or ""))
+        group.steps.append(step)
+    return sorted(groups.values(), key=lambda g: (-len(g.steps), g.signature))
+
+
+def compensation_plan(saga: Saga) -> list[dict[str, object]]:
+    """The undos a rollback of ``saga`` runs, newest step first, and what each waits for.
+
+    Whether an undo can run here is the runner's own check (``undo_kinds.undo_check``):
+    an undo the runner would refuse reads "cannot run here: <why>" before anyone
+    approves it, never "will run unattended".
+    """
+    from sagaboard.domain.approvals import approval_reason, policies_enabled
+
+    policies = policies_enabled(saga.project)  # once, not once per step
+    plan = []
+    pending = {a.step_id: a for a in saga.approvals.filter(status=Approval.Status.PENDING)}
+    for step in sorted(saga.steps.all(), key=lambda s: -s.position):
+        check = undo_check(saga.driver, step.undo) if step.state in _AHEAD else None
+        if step.state in (StepState.PENDING, StepState.FAILED):
+            what = "nothing to undo: it did not run"
+        elif not step.has_undo:
+            what = "nothing to undo: no undo declared, the side effect stays"
+        elif step.state in (StepState.ROLLED_BACK, StepState.RESOLVED, StepState.REJECTED):
+            what = f"done: {step.state}"
+        elif step.left_at is not None:
+            what = f"{LEFT_FAILED} by {step.left_by}: the side effect stays ({step.left_reason})"
+        elif check is not None and not check:
+            what = f"cannot run here: {check.why}"
+            if step.pk in pending:
+                what += f"; it still waits for approval ({pending[step.pk].why})"
+        elif step.state in (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT):
+            what = f"{step.state.lower().replace('_', ' ')}: waits for an operator " + (
+                "(retry, resolve or leave)"
+            )
+        elif step.pk in pending:
+            what = f"waits for approval ({pending[step.pk].why})"
+        else:
+            why = approval_reason(saga.project, step, policies)
+            what = f"will need approval: {why}" if why else "will run unattended"
+        # A command is shown as it will run: the approver reads it here and in the queue.
+        runs = plan_for(saga, step) if (step.undo or {}).get("kind") == "command" else None
+        plan.append(
+            {
+                "step": step,
+                "what": what,
+                "runs": runs,
+                "cannot_run": check is not None and not check,
+            }
+        )
+    return plan
+
+
+LEFT_FAILED = "left failed"
+"""How a failed undo an operator chose to leave is named on every page (plan, lists)."""
+_AHEAD = frozenset(
+    {
+        StepState.COMPLETED,
+        StepState.AWAITING_APPROVAL,
+        StepState.ROLLBACK_FAILED,
+        StepState.IN_DOUBT,
+    }
+)
+"""States whose undo may still run (so whether it can run here matters)."""
+
+
+def saga_page_extras(saga: Saga) -> dict[str, object]:
+    """What a saga page shows beyond its steps: the compensation plan and every approval."""
+    approvals = list(
+        saga.approvals.select_related("step")
+        .prefetch_related(Prefetch("votes", queryset=ApprovalVote.objects.select_related("user")))
+        .order_by("pk")
+    )
+    return {"plan": compensation_plan(saga), "approvals": approvals}

@@ -1,0 +1,1 @@
+"""The dashboard's HTML pages (htmx): thin views over selectors and domain services."""

@@ -1,0 +1,1 @@
+"""Celery tasks: thin adapters that call domain services; nothing else lives here."""

@@ -1,9 +1,0 @@
-"""WSGI entry point for sagaboard."""
-
-import os
-
-from django.core.wsgi import get_wsgi_application
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sagaboard.settings")
-
-application = get_wsgi_application()
