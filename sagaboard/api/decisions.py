@@ -17,8 +17,9 @@ from pydantic import Field
 
 from sagaboard.api import links
 from sagaboard.api.errors import ERRORS
-from sagaboard.api.schemas import BIGINT, Out, StrictSchema, Text, free_text
+from sagaboard.api.schemas import Out, StrictSchema, free_text
 from sagaboard.domain import decisions
+from sagaboard.domain.event_schema import BIGINT, Text
 from sagaboard.models import ApiToken
 from undo_core import StepState
 

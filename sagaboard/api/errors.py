@@ -31,11 +31,11 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from sagaboard.api.openapi_bounds import WWW_AUTHENTICATE
 from sagaboard.api.schemas import ErrorOut
 from sagaboard.errors import ServiceError
+from sagaboard.infra.api_path import API_PREFIX
 from sagaboard.infra.json_body import BadValue, NotJson
 
 log = logging.getLogger("sagaboard.api.v1")
 
-API_PREFIX = "/api/"
 
 # Every operation may answer these, all as ErrorOut (docs/api.md, "Errors"): a body that is
 # not JSON (400), no token (401), an unknown id (404), a refused move (409), a body over the

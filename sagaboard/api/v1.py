@@ -20,8 +20,6 @@ from ninja.security import HttpBearer
 from sagaboard.api import errors, links, openapi_bounds
 from sagaboard.api.errors import ERRORS
 from sagaboard.api.schemas import (
-    BIGINT,
-    EventBatchIn,
     EventBatchOut,
     EventPageOut,
     SagaActionIn,
@@ -33,10 +31,9 @@ from sagaboard.api.schemas import (
     StepCompleteIn,
     StepFailIn,
     StepOut,
-    Text,
-    Timestamp,
 )
 from sagaboard.domain import manual_flow
+from sagaboard.domain.event_schema import BIGINT, EventBatchIn, Text, Timestamp
 from sagaboard.domain.ingest import events_ingest
 from sagaboard.domain.tokens import token_authenticate
 from sagaboard.errors import ServiceError

@@ -22,9 +22,9 @@ import orjson
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from sagaboard.api.schemas import TransitionIn
 from sagaboard.domain import notifications
 from sagaboard.domain.django_store import copy_saga, copy_step, event_fields, new_attempts
+from sagaboard.domain.event_schema import TransitionIn
 from sagaboard.domain.ingest_bulk import InSelect, Rows, round_trip, send_select, table
 from sagaboard.errors import ServiceError
 from sagaboard.infra import limits

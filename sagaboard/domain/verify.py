@@ -34,8 +34,8 @@ from typing import Any
 from django.db.models import Prefetch
 from pydantic import ValidationError
 
-from sagaboard.api.schemas import EventBatchIn
 from sagaboard.domain.django_store import saga_record, step_snapshot
+from sagaboard.domain.event_schema import EventBatchIn
 from sagaboard.domain.ingest import change_of
 from sagaboard.models import Event, Saga, Step
 from undo_core import EventKind, SagaChange, SagaEvent, SagaSnapshot, TransitionError, replay

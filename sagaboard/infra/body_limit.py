@@ -17,13 +17,13 @@ from typing import Any
 
 from django.conf import settings
 
+from sagaboard.infra.api_path import API_PREFIX
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-API_PREFIX = "/api/"
 
 
 class BodyLimit:

@@ -34,6 +34,11 @@ from pydantic_core import PydanticCustomError
 from sagaboard.errors import ServiceError
 from sagaboard.infra.json_body import NotJson, parse_json
 
+BIGINT = 2**63 - 1
+"""The largest value of a BigIntegerField (a saga's or an event's ``seq``, a row id)."""
+INT = 2**31 - 1
+"""The largest value of an IntegerField on PostgreSQL (positions, step and attempt numbers)."""
+
 
 def max_json_depth() -> int:
     return int(settings.SAGABOARD_MAX_JSON_DEPTH)

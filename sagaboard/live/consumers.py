@@ -24,6 +24,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
+from sagaboard.domain import work_queues
 from sagaboard.live.access import (
     CLOSE_FORBIDDEN,
     CLOSE_UNAUTHENTICATED,
@@ -34,7 +35,7 @@ from sagaboard.live.access import (
 )
 from sagaboard.live.relay import project_group, recheck, relay
 from sagaboard.models import Approval, Event, Saga
-from sagaboard.selectors import visible, work_queues
+from sagaboard.selectors import visible
 from undo_core import StepState
 
 log = logging.getLogger("sagaboard.live.consumers")

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet
 
-from sagaboard.api.schemas import BIGINT
+from sagaboard.infra.limits import BIGINT
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 
 

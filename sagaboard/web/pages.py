@@ -11,9 +11,10 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from sagaboard.domain import work_queues
 from sagaboard.infra import text_policy
 from sagaboard.selectors import overview as stats
-from sagaboard.selectors import visible, work_queues
+from sagaboard.selectors import visible
 from sagaboard.web.charts import stacked_bars
 from undo_core import RollbackOutcome, SagaStatus
 

@@ -14,9 +14,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from sagaboard.domain import action_reports, approvals, operator_actions
+from sagaboard.domain import action_reports, approvals, operator_actions, work_queues
 from sagaboard.domain.approvals import DecisionRefused
-from sagaboard.selectors import visible, work_queues
+from sagaboard.selectors import visible
 
 
 def _ids(request: HttpRequest, name: str) -> list[int]:

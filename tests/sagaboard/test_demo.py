@@ -119,6 +119,6 @@ def test_the_storebot_demo_steps_agree_with_their_inputs() -> None:
 def test_the_demo_is_refused_where_its_undos_are_not_registered(settings) -> None:  # type: ignore[no-untyped-def]
     settings.DEBUG = True
     settings.SAGABOARD_COMPENSATION_MODULES = ["shop.undos"]
-    with pytest.raises(CommandError, match=r"add sagaboard\.demo_compensations to SAGABOARD_COMP"):
+    with pytest.raises(CommandError, match=r"add sagaboard\.demo\.compensations to SAGABOARD_COMP"):
         call_command("sagaboard_demo")
     assert not Saga.objects.exists()

@@ -12,7 +12,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from sagaboard.api.schemas import EventBatchIn
+from sagaboard.domain.event_schema import EventBatchIn
 from sagaboard.domain.ingest import events_ingest
 from sagaboard.domain.tokens import token_create
 from sagaboard.models import Event, Project, Step

@@ -10,7 +10,7 @@ import pytest
 from agent_runs import storebot_events
 from django.db import connection
 
-from sagaboard.api.schemas import EventBatchIn
+from sagaboard.domain.event_schema import EventBatchIn
 from sagaboard.domain.ingest import IngestError, events_ingest
 from sagaboard.models import Event, Project, Saga
 

@@ -11,10 +11,9 @@ import pytest
 from hitl import one_step_saga
 from test_notifications import Receiver
 
-from sagaboard.domain import approvals, runner
+from sagaboard.domain import approvals, runner, work_queues
 from sagaboard.domain.undo_kinds import COMMAND_ENV, plan_for, plan_hash
 from sagaboard.models import Approval, Event, Project, Saga, Step
-from sagaboard.selectors import work_queues
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 

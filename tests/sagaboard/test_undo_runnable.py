@@ -12,10 +12,9 @@ import pytest
 from django.test import Client
 from hitl import person, storebot_server_saga
 
-from sagaboard.domain import operator_actions, runner
+from sagaboard.domain import operator_actions, runner, work_queues
 from sagaboard.domain.tokens import token_create
 from sagaboard.models import Project, Saga, Step
-from sagaboard.selectors import work_queues
 
 pytestmark = pytest.mark.django_db
 

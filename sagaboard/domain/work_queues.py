@@ -1,6 +1,9 @@
-"""Reads for the work queues: approvals awaiting a decision, failed undos awaiting an operator.
+"""The people's work queues: approvals awaiting a decision, failed undos awaiting an operator.
 
-Scoped like every read: only the caller's projects.
+Reads, scoped like every read (only the caller's projects), that also say what each
+item would do: whether its undo can run here and what a rollback's plan holds. Those
+answers are rules (``undo_kinds.undo_check``, the approval policies), so the queues
+live with the rules rather than among the plain selectors.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Prefetch, QuerySet
 
+from sagaboard.domain.approvals import approval_reason, policies_enabled
 from sagaboard.domain.undo_kinds import plan_for, undo_check
 from sagaboard.models import Approval, ApprovalVote, CompensationAttempt, Project, Saga, Step
 from sagaboard.selectors import rollback_outcomes
@@ -103,8 +107,6 @@ def compensation_plan(saga: Saga) -> list[dict[str, object]]:
     an undo the runner would refuse reads "cannot run here: <why>" before anyone
     approves it, never "will run unattended".
     """
-    from sagaboard.domain.approvals import approval_reason, policies_enabled
-
     policies = policies_enabled(saga.project)  # once, not once per step
     plan = []
     pending = {a.step_id: a for a in saga.approvals.filter(status=Approval.Status.PENDING)}
