@@ -24,8 +24,9 @@ class SagaboardConfig(AppConfig):
         from django.db.backends.signals import connection_created
         from django.db.models.signals import m2m_changed, post_delete, post_save
 
-        import sagaboard.web.admin
-        import sagaboard.worker.tasks  # noqa: F401  (``jobs`` finds tasks by name in every process)
+        # Registering, not using: the admin site's models, and the tasks ``jobs`` asks for by name.
+        import sagaboard.web.admin  # noqa: F401
+        import sagaboard.worker.tasks  # noqa: F401
         from sagaboard.config.local_files import prepare_folders
         from sagaboard.domain import django_store, notifications
         from sagaboard.domain.login_guard import login_failed, login_succeeded

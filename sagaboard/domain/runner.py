@@ -24,6 +24,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
 from sagaboard.domain import approvals, audit, undo_kinds
@@ -286,11 +287,6 @@ def orphaned_work(*, stale_seconds: float = 30.0) -> list[tuple[str, int]]:
     is harmless: the lease lets one worker in, and the state says whether
     anything is left to do.
     """
-    from datetime import timedelta
-
-    from django.db.models import Q
-    from django.utils import timezone
-
     now = timezone.now()
     free = Q(saga__lease_owner__isnull=True) | Q(saga__lease_expires_at__lt=now)
     cutoff = now - timedelta(seconds=stale_seconds)
