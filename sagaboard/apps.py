@@ -25,7 +25,7 @@ class SagaboardConfig(AppConfig):
         from django.db.models.signals import m2m_changed, post_delete, post_save
 
         # Registering, not using: the admin site's models, and the tasks ``jobs`` asks for by name.
-        import sagaboard.web.admin  # noqa: F401
+        import sagaboard.web.admin
         import sagaboard.worker.tasks  # noqa: F401
         from sagaboard.config.local_files import prepare_folders
         from sagaboard.domain import django_store, notifications

@@ -1,0 +1,43 @@
+"""sagaboard's tables: projects and their tokens, sagas, steps, attempts, the event log, audit.
+
+One module per aggregate (``projects``, ``sagas``, ``approvals``, ``records``), all in the
+one app ``sagaboard``; import them from here. Agent-supplied values (inputs, outputs,
+metadata, declarative state) are kept as JSON *text* (``fields.JSONTextField``): it
+round-trips any JSON exactly on every database (PostgreSQL's jsonb would reject
+``\\u0000`` and reorder keys).
+"""
+
+from sagaboard.models.approvals import Approval, ApprovalPolicy, ApprovalVote
+from sagaboard.models.fields import (
+    ApprovalStatus,
+    JSONTextField,
+    PolicyOnExpiry,
+    SagaDriver,
+    VoteDecision,
+    one_of,
+)
+from sagaboard.models.projects import ApiRequest, ApiToken, Project
+from sagaboard.models.records import AuditEntry, Heartbeat, Notification
+from sagaboard.models.sagas import CompensationAttempt, Event, Saga, Step
+
+__all__ = [
+    "ApiRequest",
+    "ApiToken",
+    "Approval",
+    "ApprovalPolicy",
+    "ApprovalStatus",
+    "ApprovalVote",
+    "AuditEntry",
+    "CompensationAttempt",
+    "Event",
+    "Heartbeat",
+    "JSONTextField",
+    "Notification",
+    "PolicyOnExpiry",
+    "Project",
+    "Saga",
+    "SagaDriver",
+    "Step",
+    "VoteDecision",
+    "one_of",
+]
