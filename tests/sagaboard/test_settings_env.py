@@ -17,7 +17,7 @@ from benchmarks.live import ROOT
 from sagaboard.config.env import env_bool, env_float, env_int, env_list
 from sagaboard.config.local_files import local_secret_key, prepare_folders
 
-SETTINGS_FILE = str(Path(ROOT) / "sagaboard" / "settings.py")
+SETTINGS_FILE = str(Path(ROOT) / "sagaboard" / "config" / "settings.py")
 
 
 def test_importing_the_settings_writes_no_file_or_folder(tmp_path: Path) -> None:
