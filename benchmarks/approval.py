@@ -42,7 +42,6 @@ import json
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -55,9 +54,15 @@ from typing import Any
 import httpx
 
 from benchmarks import report
-from benchmarks.live import ROOT, Server, Worker, manage, session_cookie, temp_database
-from benchmarks.live_latency import redis_scratch
 from benchmarks.subrun import figures_of
+from tests.support.live_server import (
+    Server,
+    Worker,
+    manage,
+    redis_scratch,
+    session_cookie,
+    temp_database,
+)
 
 MODES = ("embedded", "production")
 WAIT_S = 20.0  # one undo reaching the worker; seconds even on the slowest broker
@@ -351,13 +356,9 @@ class Approver:
 
 @contextmanager
 def chromium() -> Iterator[Any]:
-    """tests/e2e/chromium.py's launcher (Debian's Chromium driven by Playwright)."""
-    import importlib.util
+    """tests/support/chromium.py's launcher (Debian's Chromium driven by Playwright)."""
+    from tests.support import chromium as module  # needs Playwright: only for this figure
 
-    spec = importlib.util.spec_from_file_location("e2e_chromium", ROOT / "tests/e2e/chromium.py")
-    assert spec is not None and spec.loader is not None
-    module = sys.modules["e2e_chromium"] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     # Playwright's sync API keeps an event loop in this thread; the ORM calls between
     # clicks (this process only) are not async code.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"

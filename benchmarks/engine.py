@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
-from benchmarks.live import manage, temp_database
 from benchmarks.subrun import figures_of
+from tests.support.live_server import manage, temp_database
 from undo_core import MemoryStore, Saga, SagaStore, SQLiteStore, define_tool
 
 STEPS_PER_SAGA = 10

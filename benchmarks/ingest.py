@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 
 from benchmarks import report
-from benchmarks.live import EventRecorder, Server, prepare, temp_database
+from tests.support.live_server import EventRecorder, Server, prepare, temp_database
 from undo_core import Saga, define_tool
 from undo_core.remote import SagaboardStore
 

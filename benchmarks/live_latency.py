@@ -42,7 +42,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import random
 import re
 import statistics
 import subprocess
@@ -62,10 +61,17 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Origin
 
 from benchmarks import report
-from benchmarks.live import ROOT, EventRecorder, Server, manage, session_cookie, temp_database
+from tests.support.live_server import (
+    ROOT,
+    EventRecorder,
+    Server,
+    load_demo,
+    redis_scratch,
+    session_cookie,
+    temp_database,
+)
 from undo_core import Saga, define_tool
 
-REDIS_SERVER = os.environ.get("SAGABOARD_BENCH_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
 GROUP = "Live updates"
 LAYERS = {"memory": "in-memory layer (SQLite, 1 web process)",
           "redis": "Redis layer (PostgreSQL, 2 web processes)"}  # fmt: skip
@@ -99,38 +105,6 @@ FULL = Plan((1, 50, 200), 200, 20.0, 15.0, 20, 3.0, 2000, 100, 90.0)
 
 # -- the site under test ------------------------------------------------------------------
 
-RELAY_KEYS = ("sagaboard:relay:leader", "sagaboard:relay:cursor")
-CLAIM = "sagaboard:bench:claim"
-
-
-@contextmanager
-def redis_scratch(server: str = REDIS_SERVER, hold_seconds: int = 600) -> Iterator[str]:
-    """A Redis URL on a database index no other run holds, without relay keys left in it.
-
-    Why: the relay lease and cursor keys do not name the database they belong to. A
-    cursor left by an earlier run (another, bigger event log) makes a fresh cluster's
-    relay skip every event below it, and two clusters on one index share one lease,
-    so one of them has no relay at all. Each run claims an index (SET NX, expiring)
-    and clears only that index's relay keys. Pub/sub channels are global to the
-    Redis server whatever the index, so concurrent runs can still hear each other.
-    """
-    import redis
-
-    for index in random.sample(range(1, 16), 15):
-        url = f"{server}/{index}"
-        client = redis.Redis.from_url(url, socket_timeout=5)
-        try:
-            if client.set(CLAIM, uuid.uuid4().hex, nx=True, ex=hold_seconds):
-                client.delete(*RELAY_KEYS)
-                try:
-                    yield url
-                finally:
-                    client.delete(*RELAY_KEYS, CLAIM)
-                return
-        finally:
-            client.close()
-    raise RuntimeError(f"no free Redis database index on {server} (1-15 all claimed)")
-
 
 @dataclass
 class Site:
@@ -142,33 +116,6 @@ class Site:
     @property
     def api(self) -> str:
         return f"{self.servers[0].url}/api/v1/events"
-
-
-# Migrate, then the demo project under a pk of our choosing, its sagas and the demo/demo
-# login; then, if asked, an API token for it (printed last). One process: a Django start-up
-# costs seconds on a busy machine.
-_LOAD_DEMO = (
-    "from django.core.management import call_command; from sagaboard.models import Project; "
-    "call_command('migrate', '--no-input', verbosity=0); "
-    "Project.objects.create(pk={pk}, slug='demo', name='Demo shop'); "
-    "call_command('sagaboard_demo', '--force'); "
-    "{token}"
-)
-_TOKEN = "call_command('sagaboard_token', 'create', 'demo', '--label', 'bench')"
-
-
-def load_demo(url: str, *, token: bool = False) -> str:
-    """Migrate, then load the demo project (under a random pk), its sagas and demo/demo.
-
-    Returns a new API token for the project when ``token`` is true (else "").
-    Why the random pk: channel-layer groups are named after the project's pk
-    (``project.1`` in every fresh database) and Redis pub/sub ignores the database
-    index, so two clusters on one Redis at once (a test run and a benchmark) would
-    otherwise hear each other's events.
-    """
-    code = _LOAD_DEMO.format(pk=random.randrange(10**6, 10**9), token=_TOKEN if token else "")
-    out = manage(url, "shell", "-v", "0", "-c", code)
-    return out.splitlines()[-1].strip() if token else ""
 
 
 @contextmanager

@@ -34,8 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
-from benchmarks.live import EventRecorder, Server, Worker, prepare, temp_database
-from benchmarks.live_latency import redis_scratch
+from tests.support.live_server import (
+    EventRecorder,
+    Server,
+    Worker,
+    prepare,
+    redis_scratch,
+    temp_database,
+)
 from undo_core import Saga, define_tool
 from undo_core.remote import SagaboardClient
 

@@ -39,7 +39,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from benchmarks import report
-from benchmarks.live import manage, temp_database
+from tests.support.live_server import manage, temp_database
 
 STEPS_PER_SAGA = 4
 EVENTS_PER_STEP = 2

@@ -12,8 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.live import ROOT
 from benchmarks.report import Figure, load
+from tests.support.live_server import ROOT
 
 
 def figures_of(module: str, argv: list[str], *, timeout: float) -> list[Figure]:

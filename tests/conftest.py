@@ -1,28 +1,24 @@
 """Shared pytest configuration for the whole suite.
 
-Tests run with `--import-mode=importlib` and without `__init__.py` files, so test modules in
-different folders may share a name. Django settings come from `sagaboard.config.settings`
+Tests run with `--import-mode=importlib` and test folders have no `__init__.py`, so test
+modules in different folders may share a name; helpers shared by several tests are in
+`tests/support/` and import as `tests.support.<module>` (pytest puts the checkout on the path:
+`pythonpath` in pyproject.toml). Django settings come from `sagaboard.config.settings`
 (see `[tool.pytest.ini_options]` in pyproject.toml); DATABASE_URL picks the database.
 """
 
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
 from django.test import override_settings
 
-# Helper modules that sit beside the tests (tests/sagaboard/agent_runs.py) import by name.
-sys.path.insert(0, str(Path(__file__).parent / "sagaboard"))
-sys.path.insert(0, str(Path(__file__).parent / "e2e"))  # tests/e2e/chromium.py
-sys.path.insert(0, str(Path(__file__).parent / "security"))  # tests/security/permission_matrix.py
-
 
 @pytest.fixture(autouse=True, scope="session")
 def _demo_undos_registered() -> Any:
-    """The suite's server-run sagas (StoreBot's, tests/sagaboard/hitl.py) use the demo's
+    """The suite's server-run sagas (StoreBot's, tests/support/hitl.py) use the demo's
     undos, which the settings register only with DEBUG on (never in production): the
     tests register them as `make run` does. A test may still set its own list."""
     if "django.conf" not in sys.modules:  # the Django-free suites

@@ -10,7 +10,7 @@ interrupted by a crash is run again with the same key.
 
 A task reads the saga, its steps and the policies once (``TaskRows``); only what
 guards an undo is read again right before it runs (the step at the gate, the
-approval that stands). ``tests/sagaboard/test_approval_queries.py`` pins the count.
+approval that stands). ``tests/sagaboard/domain/test_approval_queries.py`` pins the count.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql:/
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """A real sagaboard server on its own throw-away database, and a token for its project."""
-    from benchmarks.live import Server, prepare, temp_database
+    from tests.support.live_server import Server, prepare, temp_database
 
     with temp_database("postgres" if PG else "sqlite", tmp_path) as url:
         token = prepare(url)

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chromium import Tab, chromium
 
-from benchmarks.live import ROOT, Server, manage, temp_database
+from tests.support.chromium import Tab, chromium
+from tests.support.live_server import ROOT, Server, manage, temp_database
 
 pytestmark = pytest.mark.slow
 

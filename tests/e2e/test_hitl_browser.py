@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from chromium import Tab, chromium
 
-from benchmarks.live import DEMO_UNDOS, ROOT, Server, Worker, manage, temp_database
+from tests.support.chromium import Tab, chromium
+from tests.support.live_server import DEMO_UNDOS, ROOT, Server, Worker, manage, temp_database
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ feed closes with 4401 and the page reloads); a viewer taken out of the project b
 another process (a command, whose in-memory channel layer reaches no web process) sees
 the list reload without the project's sagas within the server's periodic re-check
 (1 s here; 4403). That pushed revocations cross processes is tested with Redis in
-tests/sagaboard/test_live_cluster.py.
+tests/sagaboard/live/test_live_cluster.py.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from chromium import Tab, chromium
 
-from benchmarks.live import Server, manage, temp_database
+from tests.support.chromium import Tab, chromium
+from tests.support.live_server import Server, manage, temp_database
 
 pytestmark = pytest.mark.slow
 

@@ -28,9 +28,9 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from chromium import Tab, chromium
 
-from benchmarks.live import Server, manage, temp_database
+from tests.support.chromium import Tab, chromium
+from tests.support.live_server import Server, manage, temp_database
 from undo_core import Saga, define_tool
 from undo_core.remote import SagaboardClient, SagaboardStore
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -10,10 +9,9 @@ import pytest
 
 pytest.importorskip("mcp")
 
-sys.path.insert(0, str(Path(__file__).parent))
-
 from mcp import ClientSession
-from undo_mcp_harness import Connect, mcp_session
+
+from tests.support.undo_mcp_harness import Connect, mcp_session
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from undo_mcp_harness import call, mcp_session, text
 
-from benchmarks.live import Server, manage, prepare, temp_database
+from tests.support.live_server import Server, manage, prepare, temp_database
+from tests.support.undo_mcp_harness import call, mcp_session, text
 from undo_core.remote import SagaboardClient
 
 pytestmark = pytest.mark.slow

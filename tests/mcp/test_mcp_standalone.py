@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from undo_mcp_harness import Connect, call, call_error, text
+
+from tests.support.undo_mcp_harness import Connect, call, call_error, text
 
 pytestmark = pytest.mark.slow  # each test starts the server in a subprocess
 

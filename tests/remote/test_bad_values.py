@@ -1,7 +1,7 @@
 """One bad value never stops the SDK: it fails where it enters, and nothing waits behind it.
 
 Against the fake sagaboard of conftest.py (the same contract runs against a real
-server in tests/sagaboard/test_e2e_sdk_bad_values.py).
+server in tests/e2e/test_e2e_sdk_bad_values.py).
 """
 
 from __future__ import annotations

@@ -34,16 +34,15 @@ from typing import Any
 
 import httpx
 import pytest
-from fuzz_data import TABLES, DatabaseState, seed
 
-from benchmarks.live import Server, prepare, temp_database
+from tests.support.fuzz_data import TABLES, DatabaseState, seed
+from tests.support.live_server import ROOT, Server, prepare, temp_database
 
 pytestmark = pytest.mark.slow
 
 PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 EXAMPLES = int(os.environ.get("SAGABOARD_FUZZ_EXAMPLES", "6"))
 SECONDS = int(os.environ.get("SAGABOARD_FUZZ_SECONDS", "0"))
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +74,8 @@ def schemathesis_run(
     )
     env = {
         **os.environ,
-        "SCHEMATHESIS_HOOKS": "fuzz_hooks",
-        "PYTHONPATH": os.pathsep.join(
-            [str(HERE), str(HERE.parent / "sagaboard"), os.environ.get("PYTHONPATH", "")]
-        ),
+        "SCHEMATHESIS_HOOKS": "tests.support.fuzz_hooks",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "SAGABOARD_FUZZ_DATABASE_URL": live["database_url"],
         "SAGABOARD_FUZZ_SEED": json.dumps(dataclasses.asdict(live["seed"])),
         "SAGABOARD_FUZZ_STATS": str(stats),

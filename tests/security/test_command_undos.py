@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_runs import storebot_events
 from django.test import Client
-from hitl import one_step_saga, person
 
 from sagaboard.domain import approvals, manual_flow, runner
 from sagaboard.domain.tokens import token_create
 from sagaboard.domain.undo_kinds import COMMAND_ENV, OUTPUT_CAP, plan_for, plan_hash
 from sagaboard.models import Approval, AuditEntry, Event, Project, Saga, Step
+from tests.support.agent_runs import storebot_events
+from tests.support.hitl import one_step_saga, person
 
 pytestmark = pytest.mark.django_db
 

@@ -25,13 +25,13 @@ from typing import Any
 
 import httpx
 import pytest
-from agent_runs import paused_storebot_events
 from django.test import Client
-from hitl import person
 
 from sagaboard.domain import operator_actions
 from sagaboard.domain.tokens import token_create
 from sagaboard.models import Project, Step
+from tests.support.agent_runs import paused_storebot_events
+from tests.support.hitl import person
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]  # generates a client in a subprocess
 

@@ -31,12 +31,12 @@ from django.db import connection
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, RoutePattern
-from hitl import person, storebot_server_saga
 
-from benchmarks.live import ROOT
 from sagaboard.domain import runner
 from sagaboard.domain.tokens import token_create
 from sagaboard.models import ApiToken, Approval, ApprovalPolicy, Project, Step
+from tests.support.hitl import person, storebot_server_saga
+from tests.support.live_server import ROOT
 
 pytestmark = pytest.mark.django_db
 

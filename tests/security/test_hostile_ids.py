@@ -12,13 +12,11 @@ from html import unescape
 from typing import Any
 
 import pytest
-from agent_runs import storebot_events
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
-from fuzz_data import DatabaseState, table_digests
 
 from sagaboard.domain.django_store import DjangoStore
 from sagaboard.domain.tokens import token_create
@@ -26,6 +24,8 @@ from sagaboard.infra.text_policy import visible
 from sagaboard.live import consumers
 from sagaboard.models import Project
 from sagaboard.models import Saga as SagaRow
+from tests.support.agent_runs import storebot_events
+from tests.support.fuzz_data import DatabaseState, table_digests
 from undo_core import Saga, define_tool
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]

@@ -9,15 +9,15 @@ import re
 from typing import Any
 
 import pytest
-from agent_runs import storebot_events
 from django.db import connection
 from django.test import Client
-from fuzz_data import DatabaseState, table_digests
 
 from sagaboard.domain.tokens import token_create
 from sagaboard.infra.body_limit import BodyLimit
 from sagaboard.models import Project
 from sagaboard.selectors import visible
+from tests.support.agent_runs import storebot_events
+from tests.support.fuzz_data import DatabaseState, table_digests
 
 pytestmark = pytest.mark.django_db
 

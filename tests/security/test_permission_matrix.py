@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_runs import Recorder, paused_storebot_events
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
@@ -24,19 +23,6 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection, transaction
 from django.test import Client, override_settings
 from django.urls import URLPattern
-from hitl import storebot_server_saga
-from permission_matrix import (
-    BEARERS,
-    CHANGED,
-    NOTHING,
-    OTHER_CHANGED,
-    PERSONAS,
-    ROWS,
-    SESSION,
-    Row,
-    render_markdown,
-    section_of,
-)
 
 from sagaboard.api.v1 import api
 from sagaboard.config import urls
@@ -57,6 +43,20 @@ from sagaboard.models import (
     Project,
     Saga,
     Step,
+)
+from tests.support.agent_runs import Recorder, paused_storebot_events
+from tests.support.hitl import storebot_server_saga
+from tests.support.permission_matrix import (
+    BEARERS,
+    CHANGED,
+    NOTHING,
+    OTHER_CHANGED,
+    PERSONAS,
+    ROWS,
+    SESSION,
+    Row,
+    render_markdown,
+    section_of,
 )
 from undo_core import Saga as LocalSaga
 from undo_core import define_tool

@@ -48,7 +48,7 @@ What must hold at the end (every wait bounded in time, every loop in count):
 Redis: the run's own ``SAGABOARD_REDIS_PREFIX`` names the relay's keys and the channel
 layer's channels. Celery's queue ignores that prefix (a product bug, see
 ``test_every_redis_name_carries_the_installation_prefix``), so every process runs
-``topology_settings``, which only gives the run a queue of its own. Whatever the run
+``tests.support.topology_settings``, which only gives the run a queue of its own. Whatever the run
 left in Redis is deleted at the end.
 """
 
@@ -78,14 +78,21 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 from websockets.typing import Origin
 
-from benchmarks.live import ROOT, Server, Worker, manage, session_cookie, temp_database
-from benchmarks.live_latency import CLAIM, load_demo
+from tests.support.live_server import (
+    CLAIM,
+    ROOT,
+    Server,
+    Worker,
+    load_demo,
+    manage,
+    session_cookie,
+    temp_database,
+)
 from undo_core import Saga, SagaRollbackError, define_tool
 from undo_core.remote import SagaboardClient, SagaboardStore
 
 pytestmark = pytest.mark.slow
 
-HERE = Path(__file__).resolve().parent
 PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 REDIS_SERVER = os.environ.get("SAGABOARD_TOPOLOGY_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
 # Indexes other tests use without claiming them (one of them flushes its index).
@@ -390,9 +397,9 @@ def test_two_web_processes_two_workers_200_sagas_a_worker_killed_mid_undo(
 
         env = {
             "DATABASE_URL": url,
-            "DJANGO_SETTINGS_MODULE": "topology_settings",
+            "DJANGO_SETTINGS_MODULE": "tests.support.topology_settings",
             "PYTHONPATH": os.pathsep.join(
-                p for p in (str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+                p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
             ),
             "REDIS_URL": redis_url,
             "SAGABOARD_REDIS_PREFIX": names,
@@ -411,8 +418,8 @@ def test_two_web_processes_two_workers_200_sagas_a_worker_killed_mid_undo(
         stack.callback(a.stop)
         b = Worker("b", worker_env, tmp_path, beat=True)
         stack.callback(b.stop)
-        web1 = Server(url, settings="topology_settings", env=env)
-        web2 = Server(url, settings="topology_settings", env=env)
+        web1 = Server(url, settings="tests.support.topology_settings", env=env)
+        web2 = Server(url, settings="tests.support.topology_settings", env=env)
         stack.callback(web2.stop)
         stack.callback(web1.stop)
         web1.start(timeout=START_SECONDS)

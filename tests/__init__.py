@@ -1,0 +1,1 @@
+"""sagaboard's and undo_core's tests; helpers shared by them are in ``tests.support``."""

@@ -1,0 +1,113 @@
+"""Outgoing notifications: Slack-compatible, HMAC-signed, retried until the receiver takes them."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from sagaboard.domain import notifications, runner
+from sagaboard.models import Notification, Project
+from tests.support.hitl import storebot_server_saga
+
+pytestmark = pytest.mark.django_db
+
+
+class Receiver:
+    """A local webhook receiver that answers with the queued status codes."""
+
+    def __init__(self) -> None:
+        self.bodies: list[tuple[dict[str, Any], str]] = []
+        self.statuses: list[int] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers["content-length"]))
+                receiver.bodies.append((json.loads(raw), self.headers["x-sagaboard-signature"]))
+                receiver.raw = raw
+                self.send_response(receiver.statuses.pop(0) if receiver.statuses else 200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def receiver(settings: Any) -> Iterator[Receiver]:
+    r = Receiver()
+    settings.SAGABOARD_NOTIFY_URL = r.url
+    settings.SAGABOARD_WEBHOOK_SECRET = "s3cret"
+    settings.SAGABOARD_BASE_URL = "https://board.example"
+    yield r
+    r.server.shutdown()
+
+
+@pytest.fixture
+def shop() -> Project:
+    return Project.objects.create(slug="shop", name="Shop")
+
+
+def test_an_approval_and_a_failed_undo_are_announced_with_links(
+    shop: Project, receiver: Receiver
+) -> None:
+    waiting = storebot_server_saga(shop, "s-1")
+    runner.rollback_continue(waiting.pk)
+    failing = storebot_server_saga(shop, "f-1", refund_needs_approval=False, return_fails_first=9)
+    runner.rollback_continue(failing.pk)
+    kinds = list(Notification.objects.order_by("pk").values_list("kind", flat=True))
+    assert kinds == ["approval.created", "step.rollback_failed"]
+    for note in Notification.objects.order_by("pk"):
+        assert notifications.notification_send(note.pk)
+    (created, signature), (failed, _) = receiver.bodies
+    assert (
+        "needs approval" in created["text"]
+        and "https://board.example/approvals/" in created["text"]
+    )
+    assert failed["sagaboard"]["url"] == "https://board.example/sagas/shop/f-1/"
+    assert "return_item" in failed["text"] and "upstream timed out" in failed["text"]
+    expected = hmac.new(b"s3cret", receiver.raw, hashlib.sha256).hexdigest()
+    assert receiver.bodies[-1][1] == f"sha256={expected}"
+    assert signature.startswith("sha256=")
+
+
+def test_a_failed_delivery_is_retried_later_until_it_succeeds(
+    shop: Project, receiver: Receiver
+) -> None:
+    saga = storebot_server_saga(shop, "s-1")
+    runner.rollback_continue(saga.pk)
+    note = Notification.objects.get()
+    receiver.statuses = [500]
+    assert not notifications.notification_send(note.pk)
+    note.refresh_from_db()
+    assert note.attempts == 1 and "HTTP 500" in note.last_error and note.delivered_at is None
+    assert note.next_attempt_at > timezone.now()
+    assert notifications.notifications_due() == []  # not before its backoff
+    Notification.objects.filter(pk=note.pk).update(
+        next_attempt_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert notifications.notifications_due() == [note.pk]
+    assert notifications.notification_send(note.pk)
+    note.refresh_from_db()
+    assert note.delivered_at is not None and note.attempts == 2
+    assert notifications.notification_send(note.pk)  # delivered once: nothing sent again
+    assert len(receiver.bodies) == 2
+
+
+def test_nothing_is_queued_without_a_notification_url(shop: Project, settings: Any) -> None:
+    settings.SAGABOARD_NOTIFY_URL = ""
+    saga = storebot_server_saga(shop, "s-1")
+    runner.rollback_continue(saga.pk)
+    assert not Notification.objects.exists()

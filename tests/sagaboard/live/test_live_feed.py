@@ -1,0 +1,186 @@
+"""The live feed over websockets: who may connect, what reaches whom, and catching up."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.test import Client
+
+from sagaboard.config.asgi import application
+from sagaboard.domain.django_store import DjangoStore
+from sagaboard.domain.roles import roles_sync
+from sagaboard.live.relay import project_group, relay, stop_all
+from sagaboard.models import Project, Saga
+from sagaboard.selectors.visible import last_event_id
+from tests.support.badges import status_texts
+from undo_core import Saga as EngineSaga
+from undo_core import define_tool
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+TOOL = define_tool("reserve_stock", lambda i: {"ok": True}, lambda o, i: None)
+
+
+@database_sync_to_async
+def run_saga(project: Project, saga_id: str) -> int:
+    saga = EngineSaga("checkout-flow", saga_id=saga_id, store=DjangoStore(project))
+    saga.execute(TOOL, {"sku": "A-1"})
+    saga.complete()
+    return Saga.objects.get(project=project, saga_id=saga_id).pk
+
+
+@database_sync_to_async
+def setup_users() -> dict[str, Any]:
+    shop = Project.objects.create(slug="shop", name="Shop")
+    other = Project.objects.create(slug="other", name="Other")
+    alice = get_user_model().objects.create_user("alice", password="pw-alice-123")
+    shop.members.add(alice)
+    roles_sync(Group, Permission)  # transactional tests flush what migrations created
+    alice.groups.add(Group.objects.get(name="viewer"))
+    client = Client()
+    client.force_login(alice)
+    return {"shop": shop, "other": other, "cookie": client.cookies["sessionid"].value}
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[dict[str, Any]]:
+    yield await setup_users()
+    stop_all()
+
+
+def feed(query: str, cookie: str | None) -> WebsocketCommunicator:
+    headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
+    if cookie:
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+    return WebsocketCommunicator(application, f"/ws/sagas/?{query}", headers=headers)
+
+
+async def received(comm: WebsocketCommunicator, pattern: str, timeout: float = 5.0) -> str:
+    """Messages until one matches ``pattern`` (bounded by ``timeout`` per message)."""
+    seen = []
+    for _ in range(50):
+        text = await comm.receive_from(timeout=timeout)
+        seen.append(text)
+        if re.search(pattern, text):
+            return text
+    raise AssertionError(f"{pattern!r} never arrived in {seen!r}")
+
+
+async def test_anonymous_connections_are_closed_with_4401_and_sent_nothing(
+    world: dict[str, Any],
+) -> None:
+    comm = feed("list=1", cookie=None)
+    connected, _ = await comm.connect()
+    assert connected  # accepted, so that the browser sees the close code
+    assert await comm.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401}
+
+
+async def test_a_change_made_elsewhere_reaches_the_list_live(world: dict[str, Any]) -> None:
+    comm = feed(f"list=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"])
+    connected, _ = await comm.connect()
+    assert connected
+    pk = await run_saga(world["shop"], "live-1")
+    html = await received(comm, rf'id="saga-{pk}"')
+    assert 'hx-swap-oob="afterbegin:#saga-rows"' in html and "live-1" in html
+    await comm.disconnect()
+
+
+async def test_other_projects_events_never_arrive(world: dict[str, Any]) -> None:
+    comm = feed(f"list=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"])
+    await comm.connect()
+    await run_saga(world["other"], "not-yours")
+    assert await comm.receive_nothing(timeout=1.0)
+    await comm.disconnect()
+
+
+async def test_a_reconnecting_browser_catches_up_on_what_it_missed(world: dict[str, Any]) -> None:
+    before = await database_sync_to_async(last_event_id)()
+    pk = await run_saga(world["shop"], "while-away")  # no browser connected
+    comm = feed(f"list=1&after={before}", world["cookie"])
+    await comm.connect()
+    html = await received(comm, rf'id="saga-{pk}"')
+    assert status_texts(html) == ["COMPLETED"]
+    await comm.disconnect()
+
+
+async def test_a_dropped_message_is_refilled_from_the_log(world: dict[str, Any]) -> None:
+    comm = feed(f"list=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"])
+    await comm.connect()
+    first = await run_saga(world["shop"], "first")
+    await received(comm, rf'id="saga-{first}"')
+    seen = await database_sync_to_async(last_event_id)()
+    # Every message the relay sends for the second saga (and every tail) is lost...
+    layer = get_channel_layer()
+
+    async def dropped(group: str, message: dict[str, Any]) -> None:
+        return None
+
+    layer.group_send = dropped
+    try:
+        second = await run_saga(world["shop"], "second")
+        top = await database_sync_to_async(last_event_id)()
+        for _ in range(200):  # until the relay has sent (and lost) them, bounded
+            if relay().last_per_project.get(world["shop"].pk) == top:
+                break
+            await asyncio.sleep(0.025)
+        assert top - 1 > seen  # the saga wrote several events: the browser missed some
+        # ...but one: the saga's last event, whose predecessor the browser never saw.
+        await type(layer).group_send(
+            layer,
+            project_group(world["shop"].pk),
+            {"type": "saga.event", "project": world["shop"].pk, "log_id": top,
+             "prev": top - 1, "saga_pk": second},
+        )  # fmt: skip
+        html = await received(comm, rf'id="saga-{second}"')
+    finally:
+        del layer.group_send  # the class's own again
+    assert status_texts(html) == ["COMPLETED"]
+    await comm.disconnect()
+
+
+async def test_the_last_messages_of_a_burst_are_refilled_even_when_nothing_follows(
+    world: dict[str, Any],
+) -> None:
+    comm = feed(f"list=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"])
+    await comm.connect()
+    first = await run_saga(world["shop"], "before-the-burst")
+    await received(comm, rf'id="saga-{first}"')
+    # The browser's buffer is full while the burst's last events are relayed: every one
+    # of their messages is dropped, and no event comes after them to reveal the gap.
+    layer = get_channel_layer()
+
+    async def dropped(group: str, message: dict[str, Any]) -> None:
+        return None  # as the in-memory layer does when a receiver's queue is full
+
+    layer.group_send = dropped
+    try:
+        last = await run_saga(world["shop"], "end-of-the-burst")
+        top = await database_sync_to_async(last_event_id)()
+        for _ in range(200):  # until the relay has sent (and lost) them, bounded
+            if relay().last_per_project.get(world["shop"].pk) == top:
+                break
+            await asyncio.sleep(0.025)
+    finally:
+        del layer.group_send  # the class's own again
+    html = await received(comm, rf'id="saga-{last}"')
+    assert "end-of-the-burst" in html
+    await comm.disconnect()
+
+
+async def test_a_saga_page_gets_its_own_saga_only(world: dict[str, Any]) -> None:
+    mine = await run_saga(world["shop"], "watched")
+    after = await database_sync_to_async(last_event_id)()
+    comm = feed(f"saga={mine}&after={after}", world["cookie"])
+    await comm.connect()
+    await run_saga(world["shop"], "someone-else")
+    assert await comm.receive_nothing(timeout=1.0)
+    await comm.disconnect()

@@ -1,0 +1,77 @@
+"""Live work queues: a new approval appears in every approver's queue, a decision removes it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from django.contrib.auth.models import Group, Permission
+from django.test import Client
+from test_live_feed import feed, received
+
+from sagaboard.domain import approvals, runner
+from sagaboard.domain.roles import roles_sync
+from sagaboard.live.relay import stop_all
+from sagaboard.models import Approval, Project
+from sagaboard.selectors.visible import last_event_id
+from tests.support.hitl import person, storebot_server_saga
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+@database_sync_to_async
+def setup() -> dict[str, Any]:
+    roles_sync(Group, Permission)  # transactional tests flush what migrations created
+    shop = Project.objects.create(slug="shop", name="Shop")
+    ann = person("ann", "approver", shop)
+    client = Client()
+    client.force_login(ann)
+    return {"shop": shop, "ann": ann, "cookie": client.cookies["sessionid"].value}
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[dict[str, Any]]:
+    yield await setup()
+    stop_all()
+
+
+@database_sync_to_async
+def worker_reaches_an_approval(shop: Project, saga_id: str, **options: Any) -> Approval | None:
+    saga = storebot_server_saga(shop, saga_id, **options)
+    runner.rollback_continue(saga.pk)
+    return Approval.objects.filter(saga=saga).first()
+
+
+async def test_a_new_approval_appears_and_a_decision_removes_it(world: dict[str, Any]) -> None:
+    comm = feed(f"queue=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"])
+    connected, _ = await comm.connect()
+    assert connected
+    approval = await worker_reaches_an_approval(world["shop"], "s-1")
+    assert approval is not None
+    text = await received(comm, rf'id="approval-{approval.pk}"')
+    assert 'hx-swap-oob="beforeend:#approval-items"' in text and "refund_payment" in text
+    assert "csrfmiddlewaretoken" not in text  # shared fragments carry nobody's token
+
+    cat = await database_sync_to_async(person)("cat", "approver", world["shop"])
+    await database_sync_to_async(approvals.approval_decide)(
+        approval_id=approval.pk, user=cat, decision="approve", reason="ok"
+    )
+    gone = await received(comm, rf'id="approval-{approval.pk}" hx-swap-oob="delete"')
+    assert "refund_payment" not in gone
+    await comm.disconnect()
+
+
+async def test_failed_undos_reach_the_attention_page_live(world: dict[str, Any]) -> None:
+    comm = feed(
+        f"attention=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"]
+    )
+    connected, _ = await comm.connect()
+    assert connected
+    await worker_reaches_an_approval(
+        world["shop"], "f-1", refund_needs_approval=False, return_fails_first=3
+    )
+    text = await received(comm, r'id="attention-body" hx-swap-oob="true"')
+    assert "return_item" in text and "upstream timed out" in text
+    await comm.disconnect()

@@ -1,0 +1,313 @@
+"""A live local sagaboard for benchmarks and end-to-end tests: a database, a token, a server.
+
+Everything listens on 127.0.0.1 only, and every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from undo_core import MemoryStore, SagaChange
+from undo_core.remote import change_to_event
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class EventRecorder(MemoryStore):
+    """Keeps each change of the sagas run against it as the SDK would send it, for a
+    benchmark to post in whatever batches it measures."""
+
+    def __init__(self) -> None:
+        super().__init__(keep_events=False)
+        self.events: list[dict[str, Any]] = []
+
+    def apply(self, change: SagaChange) -> None:
+        super().apply(change)
+        self.events.append(change_to_event(change))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def temp_database(kind: str, workdir: Path) -> Iterator[str]:
+    """A fresh database URL: a SQLite file in ``workdir``, or a new PostgreSQL database.
+
+    For PostgreSQL, ``SAGABOARD_PG_URL`` (default ``postgres://postgres@127.0.0.1:5432``)
+    names the server; the database is dropped afterwards.
+    """
+    if kind == "sqlite":
+        yield f"sqlite:///{workdir / f'live-{uuid.uuid4().hex[:8]}.sqlite3'}"
+        return
+    import psycopg
+
+    server = os.environ.get("SAGABOARD_PG_URL", "postgres://postgres@127.0.0.1:5432").rstrip("/")
+    name = f"sagaboard_live_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{server}/{name}"
+    finally:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+DEMO_UNDOS = {"SAGABOARD_COMPENSATION_MODULES": "sagaboard.demo.compensations"}
+"""The demo's server-side undos (StoreBot's), which the runs here use with DEBUG on or off:
+every process started here registers them unless the caller's environment says otherwise."""
+
+
+def manage(database_url: str, *args: str, settings: str = "sagaboard.config.settings") -> str:
+    env = {
+        **DEMO_UNDOS,
+        "SAGABOARD_DEBUG": "1",  # local tooling: demo data allowed (the caller's env wins)
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "DJANGO_SETTINGS_MODULE": settings,
+    }
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def prepare(database_url: str, project: str = "shop") -> str:
+    """Migrate, create a project and return a new token for it (via the real commands)."""
+    manage(database_url, "migrate", "--no-input", "-v0")
+    manage(database_url, "sagaboard_project", "create", project)
+    return manage(database_url, "sagaboard_token", "create", project, "--label", "live")
+
+
+class Server:
+    """uvicorn serving sagaboard on 127.0.0.1; stop() and start() again on the same port."""
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        settings: str = "sagaboard.config.settings",
+        debug: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``env`` adds to (or overrides) the server's environment, e.g. ``REDIS_URL``."""
+        self.database_url = database_url
+        self.settings = settings
+        self.debug = debug
+        self.extra_env = dict(env or {})
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30.0) -> None:
+        env = {
+            **DEMO_UNDOS,
+            **os.environ,
+            "DATABASE_URL": self.database_url,
+            "DJANGO_SETTINGS_MODULE": self.settings,
+            # As in production: DEBUG off (no query log, no debug pages).
+            "SAGABOARD_DEBUG": "1" if self.debug else "0",
+            "SAGABOARD_SECRET_KEY": os.environ.get(
+                "SAGABOARD_SECRET_KEY", "live-test-only-not-secret-0123456789abcdef"
+            ),
+            "SAGABOARD_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            **self.extra_env,
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "sagaboard.config.asgi:application",
+             "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning",
+             "--no-access-log"],
+            cwd=ROOT, env=env,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited with code {self.proc.returncode}")
+            try:
+                if httpx.get(f"{self.url}/api/v1/openapi.json", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"the server did not answer within {timeout:g} s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    def __enter__(self) -> Server:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class Worker:
+    """``celery -A sagaboard worker --pool=solo`` in its own process group, logged to a file.
+
+    The solo pool runs tasks in the main process, so ``crash()`` (SIGKILL) kills an
+    undo mid-flight exactly as the kernel's OOM killer would.
+    """
+
+    def __init__(self, name: str, env: dict[str, str], workdir: Path, *, beat: bool) -> None:
+        self.name = f"{name}-{uuid.uuid4().hex[:6]}"
+        self.log = workdir / f"worker-{name}.log"
+        argv = [
+            sys.executable, "-m", "celery", "-A", "sagaboard", "worker", "--pool=solo",
+            "--loglevel=INFO", "-n", f"{self.name}@%h",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+        ]  # fmt: skip
+        if beat:
+            argv += ["-B", "--schedule", str(workdir / f"beat-{name}")]
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                argv, cwd=ROOT, env={**DEMO_UNDOS, **env}, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def check_alive(self) -> None:
+        if not self.alive():
+            raise AssertionError(f"worker {self.name} exited:\n{self.tail()}")
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until the worker logs that it consumes its queues."""
+        deadline = time.monotonic() + timeout
+        while "ready." not in self.tail(200_000):
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"worker {self.name} not ready in {timeout:g} s:\n{self.tail()}"
+                )
+            time.sleep(0.1)
+
+    def crash(self) -> None:
+        """SIGKILL the worker's main process (the solo pool runs the undo in it)."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """A warm shutdown, then kill whatever is left of the process group (its beat too)."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+    def tail(self, chars: int = 6000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+
+def session_cookie(base: str, username: str = "demo", password: str = "demo") -> str:
+    """Log in the way a browser does; the ``Cookie`` header for a websocket of that user."""
+    with httpx.Client(base_url=base, timeout=10, trust_env=False) as http:
+        http.get("/login/").raise_for_status()
+        csrf = http.cookies["csrftoken"]
+        form = {"username": username, "password": password, "csrfmiddlewaretoken": csrf}
+        http.post("/login/", data=form, headers={"Referer": f"{base}/login/"})
+        assert "sessionid" in http.cookies, f"the {username} login failed"
+        return f"sessionid={http.cookies['sessionid']}; csrftoken={csrf}"
+
+
+# -- Redis and the demo, for clusters of servers -----------------------------------------
+
+REDIS_SERVER = os.environ.get("SAGABOARD_BENCH_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
+RELAY_KEYS = ("sagaboard:relay:leader", "sagaboard:relay:cursor")
+CLAIM = "sagaboard:bench:claim"
+
+
+@contextmanager
+def redis_scratch(server: str = REDIS_SERVER, hold_seconds: int = 600) -> Iterator[str]:
+    """A Redis URL on a database index no other run holds, without relay keys left in it.
+
+    Why: the relay lease and cursor keys do not name the database they belong to. A
+    cursor left by an earlier run (another, bigger event log) makes a fresh cluster's
+    relay skip every event below it, and two clusters on one index share one lease,
+    so one of them has no relay at all. Each run claims an index (SET NX, expiring)
+    and clears only that index's relay keys. Pub/sub channels are global to the
+    Redis server whatever the index, so concurrent runs can still hear each other.
+    """
+    for index in random.sample(range(1, 16), 15):
+        url = f"{server}/{index}"
+        client = redis.Redis.from_url(url, socket_timeout=5)
+        try:
+            if client.set(CLAIM, uuid.uuid4().hex, nx=True, ex=hold_seconds):
+                client.delete(*RELAY_KEYS)
+                try:
+                    yield url
+                finally:
+                    client.delete(*RELAY_KEYS, CLAIM)
+                return
+        finally:
+            client.close()
+    raise RuntimeError(f"no free Redis database index on {server} (1-15 all claimed)")
+
+
+# Migrate, then the demo project under a pk of our choosing, its sagas and the demo/demo
+# login; then, if asked, an API token for it (printed last). One process: a Django start-up
+# costs seconds on a busy machine.
+_LOAD_DEMO = (
+    "from django.core.management import call_command; from sagaboard.models import Project; "
+    "call_command('migrate', '--no-input', verbosity=0); "
+    "Project.objects.create(pk={pk}, slug='demo', name='Demo shop'); "
+    "call_command('sagaboard_demo', '--force'); "
+    "{token}"
+)
+_TOKEN = "call_command('sagaboard_token', 'create', 'demo', '--label', 'bench')"
+
+
+def load_demo(url: str, *, token: bool = False) -> str:
+    """Migrate, then load the demo project (under a random pk), its sagas and demo/demo.
+
+    Returns a new API token for the project when ``token`` is true (else "").
+    Why the random pk: channel-layer groups are named after the project's pk
+    (``project.1`` in every fresh database) and Redis pub/sub ignores the database
+    index, so two clusters on one Redis at once (a test run and a benchmark) would
+    otherwise hear each other's events.
+    """
+    code = _LOAD_DEMO.format(pk=random.randrange(10**6, 10**9), token=_TOKEN if token else "")
+    out = manage(url, "shell", "-v", "0", "-c", code)
+    return out.splitlines()[-1].strip() if token else ""
