@@ -3,8 +3,8 @@
 Starts the production processes on 127.0.0.1 against a throw-away database and a
 Redis database index claimed for the run (the broker and the channel layer):
 
-* a web process: uvicorn serving sagaboard (``benchmarks.live.Server``), DEBUG off;
-* a Celery worker (``benchmarks.live.Worker``, solo pool, with its beat, so the
+* a web process: uvicorn serving sagaboard (``tests.support.live_server.Server``), DEBUG off;
+* a Celery worker (``tests.support.live_server.Worker``, solo pool, with its beat, so the
   sweep runs every 10 s over the growing tables).
 
 Then drives ``--sagas`` sagas (100,000; 5,000 with ``--quick``) through the API:

@@ -1,6 +1,6 @@
 """Dashboard pages at size: ``python -m benchmarks.pages [--quick] [--db sqlite] [--steps N]``.
 
-Fills a throw-away database (SQLite and PostgreSQL, ``benchmarks.live.temp_database``)
+Fills a throw-away database (SQLite and PostgreSQL, ``tests.support.live_server.temp_database``)
 in bulk with sagas of four steps each, two events per step, decided approvals
 for the rolled-back sagas and a fixed 50 pending approvals, growing it to 1,000,
 100,000 and 1,000,000 stored steps (``--quick``: 1,000 and 20,000, SQLite only);

@@ -21,10 +21,17 @@ from django.db.models import Q
 from django.dispatch import Signal
 from django.utils import timezone
 
+from sagaboard.domain.record_columns import (
+    SAGA_RENAMED,
+    STEP_OWN_ROWS,
+    STEP_RENAMED,
+    columns,
+    record_from,
+)
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from sagaboard.selectors import rollback_outcomes
+from undo_core import CompensationAttempt as AttemptRecord
 from undo_core import (
-    AttemptOutcome,
     LeaseError,
     RollbackAssessment,
     SagaChange,
@@ -38,7 +45,6 @@ from undo_core import (
     StoreError,
     assess_rollback,
 )
-from undo_core import CompensationAttempt as AttemptRecord
 from undo_core.remote import change_to_event
 
 undo_failed = Signal()
@@ -195,17 +201,10 @@ def fence(saga: Saga, record: SagaRecord, *, check_lease: bool) -> None:
 
 
 def copy_saga(saga: Saga, r: SagaRecord) -> None:
-    saga.name = r.name
-    saga.status = r.status.value
-    saga.created_at = saga.created_at or r.created_at
-    saga.updated_at = r.updated_at
-    saga.seq = r.seq
-    saga.next_step_number = r.next_step_number
-    saga.options = dict(r.options)
-    saga.state = r.state
-    saga.failed_step = r.failed_step
-    saga.lease_owner = r.lease_owner
-    saga.lease_expires_at = r.lease_expires_at
+    first_seen = saga.created_at
+    for column, value in columns(r, skip=("id",)).items():
+        setattr(saga, column, value)
+    saga.created_at = first_seen or r.created_at
 
 
 def change_json(change: SagaChange, undo: dict[str, Any] | None = None) -> str:
@@ -223,24 +222,8 @@ def change_json(change: SagaChange, undo: dict[str, Any] | None = None) -> str:
 def copy_step(
     row: Step, s: StepSnapshot, *, driver: str, undo: dict[str, Any] | None = None
 ) -> None:
-    row.position = s.position
-    row.tool_name = s.tool_name
-    row.state = s.state.value
-    row.input = s.input
-    row.output = s.output
-    row.error = s.error
-    row.error_type = s.error_type
-    row.traceback = s.traceback
-    row.has_undo = s.has_undo
-    row.requires_approval = s.requires_approval
-    row.reversibility = s.reversibility
-    row.idempotency_key = s.idempotency_key
-    row.created_at = s.created_at
-    row.updated_at = s.updated_at
-    row.completed_at = s.completed_at
-    row.decision_note = s.decision_note
-    row.decided_by = s.decided_by
-    row.metadata = dict(s.metadata)
+    for column, value in columns(s, skip=("id", *STEP_OWN_ROWS)).items():
+        setattr(row, column, value)
     if not row.undo:  # set when the step is created, never changed (no event carries it)
         if undo is not None:
             row.undo = undo
@@ -251,15 +234,7 @@ def copy_step(
 def new_attempts(step_pk: int, s: StepSnapshot, known: set[int]) -> list[CompensationAttempt]:
     """The snapshot's attempts not stored yet (attempts are append-only)."""
     return [
-        CompensationAttempt(
-            step_id=step_pk,
-            number=a.number,
-            started_at=a.started_at,
-            finished_at=a.finished_at,
-            outcome=a.outcome.value if a.outcome else None,
-            error=a.error,
-            actor=a.actor,
-        )
+        CompensationAttempt(step_id=step_pk, **columns(a))
         for a in s.compensation_attempts
         if a.number not in known
     ]
@@ -286,55 +261,16 @@ def event_fields(
 
 
 def saga_record(saga: Saga) -> SagaRecord:
-    return SagaRecord(
-        id=saga.saga_id,
-        name=saga.name,
-        status=SagaStatus(saga.status),
-        created_at=saga.created_at,
-        updated_at=saga.updated_at,
-        seq=saga.seq,
-        next_step_number=saga.next_step_number,
-        options=saga.options or {},
-        state=saga.state,
-        failed_step=saga.failed_step,
-        lease_owner=saga.lease_owner,
-        lease_expires_at=saga.lease_expires_at,
-    )
+    record: SagaRecord = record_from(SagaRecord, saga, SAGA_RENAMED)
+    return record
 
 
 def step_snapshot(step: Step) -> StepSnapshot:
-    return StepSnapshot(
-        id=step.step_id,
-        position=step.position,
-        tool_name=step.tool_name,
-        state=StepState(step.state),
-        input=step.input,
-        output=step.output,
-        error=step.error,
-        error_type=step.error_type,
-        traceback=step.traceback,
-        has_undo=step.has_undo,
-        requires_approval=step.requires_approval,
-        reversibility=step.reversibility,
-        idempotency_key=step.idempotency_key,
-        created_at=step.created_at,
-        updated_at=step.updated_at,
-        completed_at=step.completed_at,
-        compensation_attempts=tuple(
-            AttemptRecord(
-                number=a.number,
-                started_at=a.started_at,
-                finished_at=a.finished_at,
-                outcome=AttemptOutcome(a.outcome) if a.outcome else None,
-                error=a.error,
-                actor=a.actor,
-            )
-            for a in step.attempts.all()
-        ),
-        decision_note=step.decision_note,
-        decided_by=step.decided_by,
-        metadata=step.metadata or {},
+    attempts = tuple(record_from(AttemptRecord, a) for a in step.attempts.all())
+    snapshot: StepSnapshot = record_from(
+        StepSnapshot, step, STEP_RENAMED, compensation_attempts=attempts
     )
+    return snapshot
 
 
 def saga_snapshot(saga: Saga) -> SagaSnapshot:

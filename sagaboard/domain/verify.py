@@ -37,24 +37,15 @@ from pydantic import ValidationError
 from sagaboard.domain.django_store import saga_record, step_snapshot
 from sagaboard.domain.event_schema import EventBatchIn
 from sagaboard.domain.ingest import change_of
+from sagaboard.domain.record_columns import SAGA_MIRRORED, STEP_MIRRORED
 from sagaboard.models import Event, Saga, Step
 from undo_core import EventKind, SagaChange, SagaEvent, SagaSnapshot, TransitionError, replay
 from undo_core.remote import saga_from_json, step_from_json
 
 __all__ = ["SAGA_FIELDS", "STEP_FIELDS", "Difference", "VerifyReport", "verify"]
 
-#: The saga fields that mirror undo_core's ``SagaRecord`` (all but the lease).
-SAGA_FIELDS = (
-    "name", "status", "created_at", "updated_at", "seq", "next_step_number", "options", "state",
-    "failed_step",
-)  # fmt: skip
-#: The step fields that mirror undo_core's ``StepSnapshot`` (its attempts included).
-STEP_FIELDS = (
-    "position", "tool_name", "state", "input", "output", "error", "error_type", "traceback",
-    "has_undo", "requires_approval", "reversibility", "idempotency_key", "created_at",
-    "updated_at", "completed_at", "compensation_attempts", "decision_note", "decided_by",
-    "metadata",
-)  # fmt: skip
+SAGA_FIELDS = SAGA_MIRRORED
+STEP_FIELDS = STEP_MIRRORED
 _CHUNK = 100
 
 

@@ -1,6 +1,6 @@
 """End to end: an agent's saga waits for a person's approval given in another process.
 
-A real ASGI server (``benchmarks.live``) on its own database; the agent runs
+A real ASGI server (``tests.support.live_server``) on its own database; the agent runs
 StoreBot here with ``SagaboardStore`` (mirroring) and ``AsyncSagaboardGate``
 (asking). refund_payment's undo needs approval: the rollback stops before it
 until an approver, in a ``manage.py shell`` of the server's database, approves

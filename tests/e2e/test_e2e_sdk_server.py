@@ -2,7 +2,7 @@
 
 The server runs on its own database (a SQLite file, or a fresh PostgreSQL database
 when the suite runs on PostgreSQL), set up with the real management commands
-(``benchmarks.live``, shared with the ingestion benchmark).
+(``tests.support.live_server``, shared with the ingestion benchmark).
 Everything is checked through the public API, as a user of the dashboard would.
 """
 

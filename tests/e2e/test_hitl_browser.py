@@ -24,12 +24,10 @@ redis://127.0.0.1:6379/7), a database of its own, flushed at the start.
 
 from __future__ import annotations
 
-import inspect
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,30 +73,10 @@ def make_saga(saga_id: str, *, return_fails_first: int) -> str:
 # ---------------------------------------------------------------- processes
 
 
-@contextmanager
-def environ(extra: dict[str, str]) -> Iterator[None]:
-    """``extra`` in os.environ for the block, restored afterwards."""
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def start_server(url: str, extra: dict[str, str]) -> Server:
-    """benchmarks.live.Server with ``extra`` in its environment (``env=`` where it has one)."""
-    if "env" in inspect.signature(Server).parameters:
-        server = Server(url, debug=True, env=extra)
-        server.start()
-        return server
-    server = Server(url, debug=True)
-    with environ(extra):  # Server.start() copies os.environ for the server
-        server.start()
+    """A live server (DEBUG on) with ``extra`` in its environment."""
+    server = Server(url, debug=True, env=extra)
+    server.start()
     return server
 
 

@@ -1,4 +1,4 @@
-"""``undo-mcp --url``: the tools drive a real local sagaboard (``benchmarks.live``).
+"""``undo-mcp --url``: the tools drive a real local sagaboard (``tests.support.live_server``).
 
 The saga is run by sagaboard: its command undo waits for an approver, and a
 rejection leaves the side effect in place. The worker's logic is run by hand

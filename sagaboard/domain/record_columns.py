@@ -1,0 +1,85 @@
+"""undo_core's records as table rows: the one place their fields meet the columns.
+
+Every field of ``SagaRecord``, ``StepSnapshot`` and ``CompensationAttempt`` is a column of
+the same name on ``Saga``, ``Step`` and ``CompensationAttempt``, but for the renames below
+(an id named for its table) and a step's attempts (rows of their own). The columns are read
+off the records' own field lists, so a new field in the engine's record needs a column of its
+name and a migration, and no copying code. Enums are stored as their values and read back as
+the enum the record's annotation names; mappings are stored as plain dicts.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from enum import Enum
+from typing import Any, NamedTuple
+
+from undo_core import CompensationAttempt, SagaRecord, StepSnapshot
+
+SAGA_RENAMED = {"id": "saga_id"}
+STEP_RENAMED = {"id": "step_id"}
+STEP_OWN_ROWS = ("compensation_attempts",)
+"""StepSnapshot fields kept in rows of their own (``CompensationAttempt``), not in columns."""
+
+
+def _reader(hint: Any) -> Callable[[Any], Any]:
+    """How a column's value becomes the field's: an enum from its value, a mapping never None."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    for option in options:
+        if isinstance(option, type) and issubclass(option, Enum):
+            return lambda value, enum=option: None if value is None else enum(value)
+    if typing.get_origin(hint) is Mapping:
+        return lambda value: value or {}
+    return lambda value: value
+
+
+def _readers(record: type[NamedTuple]) -> dict[str, Callable[[Any], Any]]:
+    hints = typing.get_type_hints(record)
+    return {name: _reader(hints[name]) for name in record._fields}
+
+
+_READERS = {record: _readers(record) for record in (SagaRecord, StepSnapshot, CompensationAttempt)}
+
+
+def stored(value: Any) -> Any:
+    """A record's value as a column keeps it."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+def columns(
+    record: NamedTuple, renamed: Mapping[str, str] = types.MappingProxyType({}),
+    skip: Iterable[str] = ()
+) -> dict[str, Any]:  # fmt: skip
+    """The record's fields as ``{column: value}``."""
+    left_out = set(skip)
+    return {
+        renamed.get(name, name): stored(value)
+        for name, value in zip(record._fields, record, strict=True)
+        if name not in left_out
+    }
+
+
+def record_from(
+    record: type[Any], row: Any, renamed: Mapping[str, str] = types.MappingProxyType({}),
+    **own_rows: Any,
+) -> Any:  # fmt: skip
+    """The record ``row`` stores; fields kept in rows of their own come in ``own_rows``."""
+    values = {
+        name: own_rows[name] if name in own_rows else read(getattr(row, renamed.get(name, name)))
+        for name, read in _READERS[record].items()
+    }
+    return record(**values)
+
+
+SAGA_MIRRORED = tuple(
+    name for name in SagaRecord._fields if name not in ("id", "lease_owner", "lease_expires_at")
+)
+"""The saga fields an event log replays to (the lease is not part of the record's history)."""
+STEP_MIRRORED = tuple(name for name in StepSnapshot._fields if name != "id")
+"""The step fields an event log replays to, its attempts included."""
