@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sagaboard.domain import action_reports, approvals, operator_actions, work_queues
 from sagaboard.domain.approvals import DecisionRefused
+from sagaboard.errors import ServiceError
 from sagaboard.selectors import visible
 
 
@@ -92,7 +93,7 @@ def approval_decide(request: HttpRequest, pk: int) -> HttpResponse:
             decision=decision,
             reason=request.POST.get("reason", ""),
         )
-    except DecisionRefused as refused:
+    except ServiceError as refused:
         return _answer(
             request, back="approval_queue", text=refused.message, ok=False,
             status=refused.status,
@@ -150,7 +151,7 @@ def step_action(request: HttpRequest, pk: int) -> HttpResponse:
             step_pk=pk, user=request.user, action=request.POST.get("action", ""),
             reason=request.POST.get("reason", ""),
         )  # fmt: skip
-    except DecisionRefused as refused:
+    except ServiceError as refused:
         return _answer(request, back=back, text=refused.message, ok=False,
                        status=refused.status)  # fmt: skip
     action = request.POST["action"]
