@@ -344,6 +344,7 @@ def _consumers_keep_the_test_transaction(monkeypatch: pytest.MonkeyPatch) -> Non
 @pytest.mark.parametrize("row", ROWS, ids=[r.label for r in ROWS])
 def test_every_persona_gets_the_documented_answer(row: Row, world: World) -> None:
     ask = _websocket if row.method == "WS" else _http
+    health.worker_heartbeat("matrix")  # the matrix's worker lives as long as the module runs
     observed = {p: _isolated(lambda p=p: ask(row, p, world)) for p in PERSONAS}
     assert observed == row.answers
 

@@ -24,7 +24,6 @@ from django.core.cache import cache
 from django.db import connection
 from django.test import Client, RequestFactory
 from django.views.debug import get_default_exception_reporter_filter
-from test_notifications import Receiver
 
 from sagaboard import models
 from sagaboard.domain import runner, tokens
@@ -32,6 +31,7 @@ from sagaboard.infra.logs import JsonFormatter
 from sagaboard.models import ApiToken, Notification, Project, Saga
 from sagaboard.worker import tasks
 from tests.support.hitl import person
+from tests.support.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.django_db
 

@@ -8,12 +8,12 @@ import json
 from typing import Any
 
 import pytest
-from test_notifications import Receiver
 
 from sagaboard.domain import approvals, runner, work_queues
 from sagaboard.domain.undo_kinds import COMMAND_ENV, plan_for, plan_hash
 from sagaboard.models import Approval, Event, Project, Saga, Step
 from tests.support.hitl import one_step_saga
+from tests.support.webhook_receiver import Receiver
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 

@@ -3,39 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
-from sagaboard.config.asgi import application
-from sagaboard.domain.django_store import DjangoStore
 from sagaboard.domain.roles import roles_sync
 from sagaboard.live.relay import project_group, relay, stop_all
-from sagaboard.models import Project, Saga
+from sagaboard.models import Project
 from sagaboard.selectors.visible import last_event_id
 from tests.support.badges import status_texts
-from undo_core import Saga as EngineSaga
-from undo_core import define_tool
+from tests.support.live_feed import feed, received, run_saga
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
-
-TOOL = define_tool("reserve_stock", lambda i: {"ok": True}, lambda o, i: None)
-
-
-@database_sync_to_async
-def run_saga(project: Project, saga_id: str) -> int:
-    saga = EngineSaga("checkout-flow", saga_id=saga_id, store=DjangoStore(project))
-    saga.execute(TOOL, {"sku": "A-1"})
-    saga.complete()
-    return Saga.objects.get(project=project, saga_id=saga_id).pk
 
 
 @database_sync_to_async
@@ -55,24 +40,6 @@ def setup_users() -> dict[str, Any]:
 async def world() -> AsyncIterator[dict[str, Any]]:
     yield await setup_users()
     stop_all()
-
-
-def feed(query: str, cookie: str | None) -> WebsocketCommunicator:
-    headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
-    if cookie:
-        headers.append((b"cookie", f"sessionid={cookie}".encode()))
-    return WebsocketCommunicator(application, f"/ws/sagas/?{query}", headers=headers)
-
-
-async def received(comm: WebsocketCommunicator, pattern: str, timeout: float = 5.0) -> str:
-    """Messages until one matches ``pattern`` (bounded by ``timeout`` per message)."""
-    seen = []
-    for _ in range(50):
-        text = await comm.receive_from(timeout=timeout)
-        seen.append(text)
-        if re.search(pattern, text):
-            return text
-    raise AssertionError(f"{pattern!r} never arrived in {seen!r}")
 
 
 async def test_anonymous_connections_are_closed_with_4401_and_sent_nothing(

@@ -9,7 +9,6 @@ import pytest
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import Group, Permission
 from django.test import Client
-from test_live_feed import feed, received
 
 from sagaboard.domain import approvals, runner
 from sagaboard.domain.roles import roles_sync
@@ -17,6 +16,7 @@ from sagaboard.live.relay import stop_all
 from sagaboard.models import Approval, Project
 from sagaboard.selectors.visible import last_event_id
 from tests.support.hitl import person, storebot_server_saga
+from tests.support.live_feed import feed, received
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 

@@ -23,7 +23,6 @@ from django.contrib.auth.models import Group, Permission
 from django.contrib.sessions.models import Session
 from django.db import OperationalError
 from django.test import Client, override_settings
-from test_live_feed import TOOL, feed, received, run_saga
 
 from sagaboard.domain.django_store import DjangoStore
 from sagaboard.domain.roles import roles_sync
@@ -31,6 +30,7 @@ from sagaboard.live.access import access_for_sessions
 from sagaboard.live.relay import stop_all
 from sagaboard.models import Project, Saga
 from sagaboard.selectors.visible import last_event_id
+from tests.support.live_feed import TOOL, feed, received, run_saga
 from undo_core import Saga as EngineSaga
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
