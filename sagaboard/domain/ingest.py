@@ -26,12 +26,18 @@ from sagaboard.domain import notifications
 from sagaboard.domain.django_store import copy_saga, copy_step, event_fields, new_attempts
 from sagaboard.domain.event_schema import TransitionIn
 from sagaboard.domain.ingest_bulk import InSelect, Rows, round_trip, send_select, table
+from sagaboard.domain.record_columns import (
+    SAGA_MIRRORED,
+    STEP_MIRRORED,
+    STEP_OWN_ROWS,
+    record_from,
+    record_of,
+)
 from sagaboard.errors import ServiceError
 from sagaboard.infra import limits
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from sagaboard.selectors import rollback_outcomes
 from undo_core import (
-    AttemptOutcome,
     ChangeRefused,
     EventKind,
     RollbackAssessment,
@@ -60,17 +66,16 @@ class IngestResult:
     log_id: int
 
 
+# What the rules compare of a stored saga and step (undo_core's SagaRecord, StepSnapshot).
+_SAGA_RECORD = list(SAGA_MIRRORED)
+_STEP_RECORD = [name for name in STEP_MIRRORED if name not in STEP_OWN_ROWS]
+# Written on every change: the record's columns (all but its id and when it began) and the
+# server's own (its clock, the rollback outcome kept on the row).
 _SAGA_COLUMNS = [
-    "name", "status", "updated_at", "seq", "next_step_number", "options",
-    "state", "failed_step", "lease_owner", "lease_expires_at", "changed_at",
-    "outcome", "outcome_summary", "waiting_for",
+    *(name for name in SagaRecord._fields if name not in ("id", "created_at")),
+    "changed_at", "outcome", "outcome_summary", "waiting_for",
 ]  # fmt: skip
-_STEP_COLUMNS = [
-    "position", "tool_name", "state", "input", "output", "error", "error_type", "traceback",
-    "has_undo", "requires_approval", "reversibility", "idempotency_key", "created_at",
-    "updated_at", "completed_at", "decision_note", "decided_by", "metadata", "undo",
-    "changed_at",
-]  # fmt: skip
+_STEP_COLUMNS = [*_STEP_RECORD, "undo", "changed_at"]
 _EVENT_COLUMNS = [
     "project_id", "saga_id", "seq", "client_event_id", "digest", "kind", "step_id",
     "tool_name", "from_state", "to_state", "at", "actor", "detail", "recorded_at", "change",
@@ -79,17 +84,7 @@ _SAGA_NEW_COLUMNS = [
     "project_id", "saga_id", "driver", "created_at", "received_at", "posted_by_token_id",
     *_SAGA_COLUMNS,
 ]  # fmt: skip
-_ATTEMPT_COLUMNS = ["step_id", "number", "started_at", "finished_at", "outcome", "error", "actor"]
-# What the rules compare of a stored saga and step (undo_core's SagaRecord, StepSnapshot).
-_SAGA_RECORD = [
-    "name", "status", "created_at", "updated_at", "seq", "next_step_number", "options", "state",
-    "failed_step",
-]  # fmt: skip
-_STEP_RECORD = [
-    "position", "tool_name", "state", "input", "output", "error", "error_type", "traceback",
-    "has_undo", "requires_approval", "reversibility", "idempotency_key", "created_at",
-    "updated_at", "completed_at", "decision_note", "decided_by", "metadata",
-]  # fmt: skip
+_ATTEMPT_COLUMNS = ["step_id", *AttemptRecord._fields]
 # Only a step that was COMPENSATING has undo attempts: others need no attempt query.
 _MAY_HAVE_ATTEMPTS = {
     StepState.COMPENSATING, StepState.ROLLED_BACK, StepState.ROLLBACK_FAILED, StepState.RESOLVED
@@ -496,55 +491,18 @@ def _stored_step(row: Any, attempts: Sequence[AttemptRecord]) -> StepSnapshot:
 
 def _attempt(a: Any) -> AttemptRecord:
     """An attempt as undo_core records it, from a stored row or an event's attempt."""
-    return AttemptRecord(
-        a.number,
-        a.started_at,
-        a.finished_at,
-        AttemptOutcome(a.outcome) if a.outcome else None,
-        a.error,
-        a.actor,
-    )
+    attempt: AttemptRecord = record_from(AttemptRecord, a)
+    return attempt
 
 
 def change_of(event: TransitionIn) -> SagaChange:
     """The undo_core change a transition event carries (also how a replay reads the log)."""
     s, st, e = event.saga, event.step, event.event
-    record = SagaRecord(
-        id=s.id,
-        name=s.name,
-        status=s.status,
-        created_at=s.created_at,
-        updated_at=s.updated_at,
-        seq=s.seq,
-        next_step_number=s.next_step_number,
-        options=s.options,
-        state=s.state,
-        failed_step=s.failed_step,
-    )
+    record: SagaRecord = record_of(SagaRecord, s)
     step = None
     if st is not None:
-        step = StepSnapshot(
-            id=st.id,
-            position=st.position,
-            tool_name=st.tool_name,
-            state=st.state,
-            input=st.input,
-            output=st.output,
-            error=st.error,
-            error_type=st.error_type,
-            traceback=st.traceback,
-            has_undo=st.has_undo,
-            requires_approval=st.requires_approval,
-            reversibility=st.reversibility,
-            idempotency_key=st.idempotency_key,
-            created_at=st.created_at,
-            updated_at=st.updated_at,
-            completed_at=st.completed_at,
-            compensation_attempts=tuple(_attempt(a) for a in st.attempts),
-            decision_note=st.decision_note,
-            decided_by=st.decided_by,
-            metadata=st.metadata,
-        )
+        attempts = tuple(_attempt(a) for a in st.attempts)
+        step = record_of(StepSnapshot, st, compensation_attempts=attempts)
     info = SagaEvent(
         s.id, s.name, e.seq, e.kind, e.to_state, e.from_state, e.at, e.step_id, e.tool_name,
         e.actor, e.detail,

@@ -77,6 +77,20 @@ def record_from(
     return record(**values)
 
 
+def record_of(record: type[Any], source: Any, **own_rows: Any) -> Any:
+    """The record whose fields ``source`` (an event's parts) carries under the same names.
+
+    A field ``source`` does not have keeps the record's default (an agent's saga carries no
+    lease); fields kept in rows of their own come in ``own_rows``.
+    """
+    values = {
+        name: getattr(source, name)
+        for name in record._fields
+        if name not in own_rows and hasattr(source, name)
+    }
+    return record(**values, **own_rows)
+
+
 SAGA_MIRRORED = tuple(
     name for name in SagaRecord._fields if name not in ("id", "lease_owner", "lease_expires_at")
 )
