@@ -10,8 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-_OP = "sagaboard_api_{}"  # ninja's operation ids: module path + function name
-_DECISIONS = "sagaboard_api_decisions_{}"
+OPERATION_PREFIX = {
+    "sagaboard.api.v1": "sagaboard_api_",
+    "sagaboard.api.decisions": "sagaboard_api_decisions_",
+}
+"""Each router's operation ids: this prefix and the handler's name. Clients are generated from
+these ids, so they stay what they were whichever module serves the handlers."""
+_OP = OPERATION_PREFIX["sagaboard.api.v1"] + "{}"
+_DECISIONS = OPERATION_PREFIX["sagaboard.api.decisions"] + "{}"
 
 SAGA = {"saga_id": "$response.body#/id"}
 SAGA_OF_REQUEST = {"saga_id": "$request.path.saga_id"}

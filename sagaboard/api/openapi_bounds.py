@@ -16,6 +16,9 @@ from typing import Any
 from django.conf import settings
 from ninja import NinjaAPI
 from ninja.openapi.schema import OpenAPISchema
+from ninja.operation import Operation
+
+from sagaboard.api.links import OPERATION_PREFIX
 
 WWW_AUTHENTICATE = 'Bearer realm="sagaboard"'
 """The challenge every 401 carries (RFC 6750)."""
@@ -57,6 +60,11 @@ class BoundedNinjaAPI(NinjaAPI):
                 if isinstance(operation, dict) and "responses" in operation:
                     _document_errors(operation)
         return schema
+
+    def get_openapi_operation_id(self, operation: Operation) -> str:
+        """The handler's name after its router's stable prefix (``links.OPERATION_PREFIX``)."""
+        view = operation.view_func
+        return OPERATION_PREFIX[view.__module__] + view.__name__
 
 
 def _settle_bounds(node: Any) -> None:
