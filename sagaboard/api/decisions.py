@@ -19,7 +19,8 @@ from sagaboard.api import links
 from sagaboard.api.errors import ERRORS
 from sagaboard.api.schemas import Out, StrictSchema, free_text
 from sagaboard.domain import decisions
-from sagaboard.domain.event_schema import BIGINT, Text
+from sagaboard.domain.event_schema import Text
+from sagaboard.infra.limits import BIGINT
 from sagaboard.models import ApiToken
 from undo_core import StepState
 

@@ -18,6 +18,7 @@ from ninja.responses import NinjaJSONEncoder
 from ninja.security import HttpBearer
 
 from sagaboard.api import errors, links, openapi_bounds
+from sagaboard.api.decisions import router as decisions_router
 from sagaboard.api.errors import ERRORS
 from sagaboard.api.schemas import (
     EventBatchOut,
@@ -385,7 +386,4 @@ def list_sagas(
 
 __all__ = ["SagaSummaryOut", "StepOut", "api"]
 
-
-from sagaboard.api.decisions import router as _decisions  # noqa: E402
-
-api.add_router("/", _decisions)
+api.add_router("/", decisions_router)
