@@ -15,7 +15,7 @@ The agent side drives 200 sagas through web 2 with the SDK, four at a time:
 
 * 67 run by sagaboard (``SagaboardClient``, the manual flow): two steps whose undos are
   server-side handlers (``topology.return_item`` / ``topology.refund_payment``: the demo's
-  ``storebot.*`` handlers, wrapped to log every call, see ``topology_compensations.py``),
+  ``storebot.*`` handlers, wrapped to log every call, see ``tests/support/topology_compensations.py``),
   completed, then a step that fails, then ``rollback``: the workers run the undos;
 * 67 mirrored in-process sagas (``SagaboardStore``) that complete, and 66 that roll
   back in the agent (their undos run here, in the test process).
@@ -404,7 +404,7 @@ def test_two_web_processes_two_workers_200_sagas_a_worker_killed_mid_undo(
             "REDIS_URL": redis_url,
             "SAGABOARD_REDIS_PREFIX": names,
             "SAGABOARD_TEST_QUEUE": f"{names}-tasks",
-            "SAGABOARD_COMPENSATION_MODULES": "topology_compensations",
+            "SAGABOARD_COMPENSATION_MODULES": "tests.support.topology_compensations",
             "SAGABOARD_TOPOLOGY_DIR": str(calls_dir),
             "SAGABOARD_WORKER_LEASE_SECONDS": str(LEASE_SECONDS),
             "SAGABOARD_TASKS_EAGER": "0",
