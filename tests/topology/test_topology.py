@@ -701,7 +701,7 @@ def test_every_redis_name_carries_the_installation_prefix(
             monkeypatch.setenv("SAGABOARD_REDIS_PREFIX", prefix)
             monkeypatch.setenv("SAGABOARD_TASKS_EAGER", "0")
             monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
-            code = "from sagaboard import tasks; tasks.sweep.delay()"  # what any enqueue does
+            code = "from sagaboard.worker import tasks; tasks.sweep.delay()"  # what any enqueue does
             manage(f"sqlite:///{tmp_path / 'unused.sqlite3'}", "shell", "-v", "0", "-c", code)
             made = set(client.scan_iter(count=1000)) - before
             stack.callback(lambda: made and client.delete(*made))  # this claimed index only
