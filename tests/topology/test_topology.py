@@ -15,7 +15,7 @@ The agent side drives 200 sagas through web 2 with the SDK, four at a time:
 
 * 67 run by sagaboard (``SagaboardClient``, the manual flow): two steps whose undos are
   server-side handlers (``topology.return_item`` / ``topology.refund_payment``: the demo's
-  ``storebot.*`` handlers, wrapped to log every call, see ``tests/support/topology_compensations.py``),
+  ``storebot.*`` handlers, wrapped to log every call: tests/support/topology_compensations.py),
   completed, then a step that fails, then ``rollback``: the workers run the undos;
 * 67 mirrored in-process sagas (``SagaboardStore``) that complete, and 66 that roll
   back in the agent (their undos run here, in the test process).
@@ -701,7 +701,7 @@ def test_every_redis_name_carries_the_installation_prefix(
             monkeypatch.setenv("SAGABOARD_REDIS_PREFIX", prefix)
             monkeypatch.setenv("SAGABOARD_TASKS_EAGER", "0")
             monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
-            code = "from sagaboard.worker import tasks; tasks.sweep.delay()"  # what any enqueue does
+            code = "from sagaboard.worker import tasks; tasks.sweep.delay()"  # any enqueue
             manage(f"sqlite:///{tmp_path / 'unused.sqlite3'}", "shell", "-v", "0", "-c", code)
             made = set(client.scan_iter(count=1000)) - before
             stack.callback(lambda: made and client.delete(*made))  # this claimed index only
