@@ -36,6 +36,7 @@ from sagaboard.api.schemas import (
 from sagaboard.domain import manual_flow
 from sagaboard.domain.event_schema import BIGINT, EventBatchIn, Text, Timestamp
 from sagaboard.domain.ingest import events_ingest
+from sagaboard.domain.record_columns import SAGA_MIRRORED, STEP_MIRRORED, STEP_OWN_ROWS, mirrored
 from sagaboard.domain.tokens import token_authenticate
 from sagaboard.errors import ServiceError
 from sagaboard.infra.limits import JsonParser
@@ -124,19 +125,11 @@ def post_events(request: HttpRequest, payload: EventBatchIn) -> HttpResponse:
 def _summary(saga: Saga) -> dict[str, Any]:
     return {
         "id": saga.saga_id,
-        "name": saga.name,
+        **mirrored(saga, SAGA_MIRRORED),
         "project": saga.project.slug,
-        "status": saga.status,
         "driver": saga.driver,
-        "created_at": saga.created_at,
-        "updated_at": saga.updated_at,
         "received_at": saga.received_at,
         "changed_at": saga.changed_at,
-        "seq": saga.seq,
-        "next_step_number": saga.next_step_number,
-        "options": saga.options,
-        "state": saga.state,
-        "failed_step": saga.failed_step,
         "outcome": saga.outcome,
         "outcome_summary": saga.outcome_summary,
         "waiting_for": saga.waiting_for,
@@ -149,27 +142,11 @@ def _summary(saga: Saga) -> dict[str, Any]:
 def _step(step: Step) -> dict[str, Any]:
     return {
         "id": step.step_id,
-        "position": step.position,
-        "tool_name": step.tool_name,
-        "state": step.state,
-        "input": step.input,
-        "output": step.output,
-        "error": step.error,
-        "error_type": step.error_type,
-        "traceback": step.traceback,
-        "has_undo": step.has_undo,
-        "requires_approval": step.requires_approval,
-        "reversibility": step.reversibility,
-        "idempotency_key": step.idempotency_key,
+        **mirrored(step, STEP_MIRRORED, skip=STEP_OWN_ROWS),
+        "metadata": step.metadata or {},
         "undo": step.undo or {},
-        "created_at": step.created_at,
-        "updated_at": step.updated_at,
-        "completed_at": step.completed_at,
         "changed_at": step.changed_at,
         "attempts": list(step.attempts.all()),
-        "decision_note": step.decision_note,
-        "decided_by": step.decided_by,
-        "metadata": step.metadata or {},
     }
 
 

@@ -91,6 +91,12 @@ def record_of(record: type[Any], source: Any, **own_rows: Any) -> Any:
     return record(**values, **own_rows)
 
 
+def mirrored(row: Any, fields: Iterable[str], skip: Iterable[str] = ()) -> dict[str, Any]:
+    """The row's columns for these record fields, as stored (an answer's shared part)."""
+    left_out = set(skip)
+    return {name: getattr(row, name) for name in fields if name not in left_out}
+
+
 SAGA_MIRRORED = tuple(
     name for name in SagaRecord._fields if name not in ("id", "lease_owner", "lease_expires_at")
 )
