@@ -22,9 +22,8 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.template.loader import render_to_string
 
-from sagaboard import queues, selectors
+from sagaboard import live_fragments, selectors
 from sagaboard.live_access import (
     CLOSE_FORBIDDEN,
     CLOSE_UNAUTHENTICATED,
@@ -33,7 +32,7 @@ from sagaboard.live_access import (
     session_tag,
     user_group,
 )
-from sagaboard.models import Approval, Event, Saga
+from sagaboard.models import Event, Saga
 from sagaboard.realtime import project_group, recheck, relay
 from undo_core import StepState
 
@@ -274,26 +273,15 @@ def _newest_id() -> int:
 
 @database_sync_to_async
 def _render_detail(saga_pk: int, log_id: int) -> str:
-    saga = Saga.objects.select_related("project").get(pk=saga_pk)
-    full = selectors.saga_get_for_project(project=saga.project, saga_id=saga.saga_id)
-    events = selectors.event_list_for_saga(saga=saga, limit=1000)
-    context = {"saga": full, "events": events, "last_log_id": log_id}
-    return render_to_string(
-        "sagaboard/_saga_live.html", {**context, **queues.saga_page_extras(full)}
-    )
+    return live_fragments.saga_detail(saga_pk, log_id)
 
 
 @database_sync_to_async
 def _render_row(saga_pk: int, log_id: int) -> tuple[Saga, frozenset[str], str]:
     saga = Saga.objects.select_related("project").get(pk=saga_pk)
     tools = frozenset(saga.steps.values_list("tool_name", flat=True))
-    html = render_to_string("sagaboard/_saga_row_live.html", {"saga": saga, "last_log_id": log_id})
-    return saga, tools, html
+    return saga, tools, live_fragments.saga_row(saga, log_id)
 
-
-# Live fragments are shared between users, so they never carry anyone's CSRF token: their
-# forms post with htmx, which sends the page's own token in a header.
-_NO_CSRF = {"live": True}
 
 # Events that change what the needs-attention page lists.
 _ATTENTION_STATES = {StepState.ROLLBACK_FAILED, StepState.IN_DOUBT}
@@ -307,11 +295,7 @@ def _render_attention(user: Any, log_id: int) -> str:
     touches = event["from_state"] in _ATTENTION_STATES or event["to_state"] in _ATTENTION_STATES
     if not (touches or event["kind"].startswith("step.")):
         return ""
-    groups = queues.failures_open(selectors.projects_for_user(user))
-    body = render_to_string("sagaboard/_attention_body.html", {"groups": groups, **_NO_CSRF})
-    return body.replace(
-        '<div id="attention-body">', '<div id="attention-body" hx-swap-oob="true">', 1
-    )
+    return live_fragments.attention_body(selectors.projects_for_user(user))
 
 
 @database_sync_to_async
@@ -321,17 +305,7 @@ def _render_queue(saga_pk: int, log_id: int) -> str:
     if event is None or not event["kind"].startswith("approval."):
         return ""
     saga = Saga.objects.select_related("project").get(pk=saga_pk)
-    parts = []
-    for a in queues.approvals_for_step([saga.project], saga_pk, event["step_id"]):
-        if a.status != Approval.Status.PENDING:
-            parts.append(f'<li id="approval-{a.pk}" hx-swap-oob="delete"></li>')
-            continue
-        item = render_to_string("sagaboard/_approval_item.html", {"a": a, **_NO_CSRF})
-        if event["kind"] == "approval.requested":
-            parts.append(f'<ol hx-swap-oob="beforeend:#approval-items">{item}</ol>')
-        else:
-            parts.append(item.replace("<li ", '<li hx-swap-oob="outerHTML" ', 1))
-    return "".join(parts)
+    return live_fragments.queue_changes([saga.project], saga_pk, event["step_id"], event["kind"])
 
 
 class _Fragments:
@@ -376,8 +350,7 @@ class _Fragments:
         if selectors.saga_matches(saga, tools, **view.filters):
             return row
         # No longer on this filtered list (it left the status shown): take the row away.
-        gone = f'<tr id="saga-{saga_pk}" data-gone hidden></tr>'
-        return f'<tbody hx-swap-oob="afterbegin:#saga-rows">{gone}</tbody>'
+        return live_fragments.saga_row_gone(saga_pk)
 
 
 fragments = _Fragments()

@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from sagaboard import approvals, operations, outcomes, queues, selectors
+from sagaboard import approvals, operations, outcomes, presenters, queues, selectors
 from sagaboard.approvals import DecisionRefused
 
 
@@ -73,7 +73,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     """Pending approvals, oldest first, with what failed and exactly what would run."""
     projects = selectors.projects_for_user(request.user)
     context = {
-        "approvals": queues.approvals_pending(projects),
+        "approvals": presenters.queue_items(queues.approvals_pending(projects)),
         "can_decide": request.user.has_perm("sagaboard.decide_approval"),
         "last_log_id": selectors.last_event_id(),
     }

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from sagaboard import overview as stats
-from sagaboard import queues, selectors, text_policy
+from sagaboard import presenters, selectors, text_policy
 from sagaboard.charts import stacked_bars
 from undo_core import RollbackOutcome, SagaStatus
 
@@ -130,10 +130,5 @@ def saga_detail(request: HttpRequest, project: str, saga_id: str) -> HttpRespons
     if saga is None:
         raise Http404("no such saga in your projects")
     events = selectors.event_list_for_saga(saga=saga, limit=1000)
-    context = {
-        "saga": saga,
-        "events": events,
-        "last_log_id": selectors.last_event_id(),
-        **queues.saga_page_extras(saga),
-    }
+    context = presenters.saga_page(saga, events=events, last_log_id=selectors.last_event_id())
     return render(request, "sagaboard/saga_detail.html", context)

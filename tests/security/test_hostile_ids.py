@@ -15,12 +15,11 @@ import pytest
 from agent_runs import storebot_events
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
 from fuzz_data import DatabaseState, table_digests
 
-from sagaboard import consumers
+from sagaboard import consumers, live_fragments
 from sagaboard.models import Project
 from sagaboard.models import Saga as SagaRow
 from sagaboard.storage import DjangoStore
@@ -201,7 +200,7 @@ def test_stored_names_and_ids_that_differ_only_invisibly_never_look_the_same(roo
     assert '<code>pa<span class="invisible-char">⟨U+200B⟩</span>y</code>' in page
     assert 'Refund<span class="invisible-char">⟨U+202E⟩</span>' in page
     # The live fragments (pushed over the websocket) render the same way.
-    row = render_to_string("sagaboard/_saga_row_live.html", {"saga": saga, "last_log_id": 1})
+    row = live_fragments.saga_row(saga, 1)
     assert "⟨U+200B⟩" in row and "⟨U+202E⟩" in row and "\u200b" not in row
     detail = consumers._render_detail.func(saga.pk, 1)
     assert "⟨U+200B⟩" in detail and "\u202e" not in detail
