@@ -259,12 +259,12 @@ class Saga(models.Model):
         return self.driver == SagaDriver.CLIENT
 
 
-OPERATOR_STATES = frozenset(s for s, then in STEP_TRANSITIONS.items() if StepState.RESOLVED in then)
-"""Step states a person may settle by hand (undo_core's table: those that may become
-RESOLVED), ROLLBACK_FAILED and IN_DOUBT: an operator retries, resolves or leaves them."""
+OPERATOR_STATES = tuple(s for s in StepState if StepState.RESOLVED in STEP_TRANSITIONS[s])
+"""Step states whose undo an operator settles (retry, resolve or leave): ROLLBACK_FAILED and
+IN_DOUBT, those undo_core's table lets a person resolve by hand."""
 DID_NOT_RUN = frozenset({StepState.PENDING, StepState.FAILED})
 """Step states whose action left nothing to undo (it never ran, or it failed)."""
-FAILURE_STATES = OPERATOR_STATES | {StepState.FAILED}
+FAILURE_STATES = frozenset({*OPERATOR_STATES, StepState.FAILED})
 """Step states whose ``error`` is the reason it stands there."""
 
 

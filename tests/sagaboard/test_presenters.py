@@ -26,8 +26,8 @@ def step(state: StepState, **fields: object) -> Step:
 
 
 def test_an_operator_settles_the_states_undo_cores_table_lets_a_person_resolve() -> None:
-    assert {StepState.ROLLBACK_FAILED, StepState.IN_DOUBT} == OPERATOR_STATES
-    assert set(OPERATOR_STATES) == set(rollback_outcomes.OPERATOR_STATES)  # the queries' rule
+    assert OPERATOR_STATES == (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT)
+    assert rollback_outcomes.OPERATOR_STATES is OPERATOR_STATES  # the queries' rule too
     assert all(StepState.RESOLVED in STEP_TRANSITIONS[s] for s in OPERATOR_STATES)
 
 
