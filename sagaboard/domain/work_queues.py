@@ -78,6 +78,15 @@ class FailureGroup:
     error: str
     steps: list[Step] = field(default_factory=list)
 
+    @property
+    def size(self) -> int:
+        return len(self.steps)
+
+    @property
+    def bulk(self) -> bool:
+        """The group offers "retry all" and "resolve all": it holds more than one failure."""
+        return self.size > 1
+
 
 def failures_open(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) -> list[FailureGroup]:
     """Failed or in-doubt undos nobody has settled or left, grouped by error signature.

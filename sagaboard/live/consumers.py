@@ -22,9 +22,8 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.template.loader import render_to_string
 
-from sagaboard.domain import work_queues
+from sagaboard.live import fragments
 from sagaboard.live.access import (
     CLOSE_FORBIDDEN,
     CLOSE_UNAUTHENTICATED,
@@ -34,9 +33,8 @@ from sagaboard.live.access import (
     user_group,
 )
 from sagaboard.live.relay import project_group, recheck, relay
-from sagaboard.models import Approval, Event, Saga
+from sagaboard.models import OPERATOR_STATES, Event, Saga
 from sagaboard.selectors import visible
-from undo_core import StepState
 
 log = logging.getLogger("sagaboard.live.consumers")
 
@@ -202,7 +200,7 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         if self.view.attention:
             html = await _render_attention(self.user, log_id)  # per user: whole body
         else:
-            html = await fragments.get(self.view, saga_pk, log_id)
+            html = await shared.get(self.view, saga_pk, log_id)
         if html and not self.revoked:  # revoked while rendering: the render is dropped
             await self.send(text_data=html)
 
@@ -275,29 +273,18 @@ def _newest_id() -> int:
 
 @database_sync_to_async
 def _render_detail(saga_pk: int, log_id: int) -> str:
-    saga = Saga.objects.select_related("project").get(pk=saga_pk)
-    full = visible.saga_get_for_project(project=saga.project, saga_id=saga.saga_id)
-    events = visible.event_list_for_saga(saga=saga, limit=1000)
-    context = {"saga": full, "events": events, "last_log_id": log_id}
-    return render_to_string(
-        "sagaboard/_saga_live.html", {**context, **work_queues.saga_page_extras(full)}
-    )
+    return fragments.saga_detail(saga_pk, log_id)
 
 
 @database_sync_to_async
 def _render_row(saga_pk: int, log_id: int) -> tuple[Saga, frozenset[str], str]:
     saga = Saga.objects.select_related("project").get(pk=saga_pk)
     tools = frozenset(saga.steps.values_list("tool_name", flat=True))
-    html = render_to_string("sagaboard/_saga_row_live.html", {"saga": saga, "last_log_id": log_id})
-    return saga, tools, html
+    return saga, tools, fragments.saga_row(saga, log_id)
 
-
-# Live fragments are shared between users, so they never carry anyone's CSRF token: their
-# forms post with htmx, which sends the page's own token in a header.
-_NO_CSRF = {"live": True}
 
 # Events that change what the needs-attention page lists.
-_ATTENTION_STATES = {StepState.ROLLBACK_FAILED, StepState.IN_DOUBT}
+_ATTENTION_STATES = frozenset(OPERATOR_STATES)
 
 
 @database_sync_to_async
@@ -308,11 +295,7 @@ def _render_attention(user: Any, log_id: int) -> str:
     touches = event["from_state"] in _ATTENTION_STATES or event["to_state"] in _ATTENTION_STATES
     if not (touches or event["kind"].startswith("step.")):
         return ""
-    groups = work_queues.failures_open(visible.projects_for_user(user))
-    body = render_to_string("sagaboard/_attention_body.html", {"groups": groups, **_NO_CSRF})
-    return body.replace(
-        '<div id="attention-body">', '<div id="attention-body" hx-swap-oob="true">', 1
-    )
+    return fragments.attention_body(visible.projects_for_user(user))
 
 
 @database_sync_to_async
@@ -322,17 +305,7 @@ def _render_queue(saga_pk: int, log_id: int) -> str:
     if event is None or not event["kind"].startswith("approval."):
         return ""
     saga = Saga.objects.select_related("project").get(pk=saga_pk)
-    parts = []
-    for a in work_queues.approvals_for_step([saga.project], saga_pk, event["step_id"]):
-        if a.status != Approval.Status.PENDING:
-            parts.append(f'<li id="approval-{a.pk}" hx-swap-oob="delete"></li>')
-            continue
-        item = render_to_string("sagaboard/_approval_item.html", {"a": a, **_NO_CSRF})
-        if event["kind"] == "approval.requested":
-            parts.append(f'<ol hx-swap-oob="beforeend:#approval-items">{item}</ol>')
-        else:
-            parts.append(item.replace("<li ", '<li hx-swap-oob="outerHTML" ', 1))
-    return "".join(parts)
+    return fragments.queue_changes([saga.project], saga_pk, event["step_id"], event["kind"])
 
 
 class _Fragments:
@@ -377,8 +350,8 @@ class _Fragments:
         if visible.saga_matches(saga, tools, **view.filters):
             return row
         # No longer on this filtered list (it left the status shown): take the row away.
-        gone = f'<tr id="saga-{saga_pk}" data-gone hidden></tr>'
-        return f'<tbody hx-swap-oob="afterbegin:#saga-rows">{gone}</tbody>'
+        return fragments.saga_row_gone(saga_pk)
 
 
-fragments = _Fragments()
+shared = _Fragments()
+"""The process's renders, shared by its consumers."""

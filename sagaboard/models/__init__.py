@@ -18,9 +18,10 @@ from sagaboard.models.fields import (
 )
 from sagaboard.models.projects import ApiRequest, ApiToken, Project
 from sagaboard.models.records import AuditEntry, Heartbeat, Notification
-from sagaboard.models.sagas import CompensationAttempt, Event, Saga, Step
+from sagaboard.models.sagas import OPERATOR_STATES, CompensationAttempt, Event, Saga, Step
 
 __all__ = [
+    "OPERATOR_STATES",
     "ApiRequest",
     "ApiToken",
     "Approval",

@@ -91,6 +91,16 @@ class Approval(models.Model):
     def __str__(self) -> str:
         return f"approval {self.pk} ({self.status}) for {self.step_id}"
 
+    @property
+    def is_pending(self) -> bool:
+        """It still waits for a decision (in the queue)."""
+        return self.status == ApprovalStatus.PENDING
+
+    @property
+    def four_eyes(self) -> bool:
+        """More than one person must approve it."""
+        return self.required > 1
+
 
 class ApprovalVote(models.Model):
     """One person's approve or reject, with the reason they were required to give."""

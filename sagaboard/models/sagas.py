@@ -14,6 +14,7 @@ from sagaboard.infra import clock
 from sagaboard.models.fields import JSONTextField, SagaDriver, one_of
 from sagaboard.models.projects import Project
 from undo_core import (
+    STEP_TRANSITIONS,
     AttemptOutcome,
     Reversibility,
     RollbackOutcome,
@@ -136,6 +137,38 @@ class Saga(models.Model):
         """'waiting for a person: ...' while its rollback cannot go on without one ('' if not)."""
         return waiting_text(self.waiting_for)
 
+    @property
+    def badge_css(self) -> str:
+        """The badge's colour: a rollback with exceptions never looks like a clean one."""
+        with_exceptions = self.outcome == RollbackOutcome.WITH_EXCEPTIONS
+        if self.status == SagaStatus.ROLLED_BACK and with_exceptions:
+            return "rolled_back_with_exceptions"
+        return str(self.status).lower()
+
+    @property
+    def rollback_failed(self) -> bool:
+        return self.status == SagaStatus.ROLLBACK_FAILED
+
+    @property
+    def outcome_note(self) -> str:
+        """What a failed rollback holds ("1 undo failed"), said beside its bare badge ('' if
+        not failed: a ROLLED BACK badge says it in its own text, see ``status_badge``)."""
+        return self.outcome_summary if self.rollback_failed else ""
+
+    @property
+    def agent_driven(self) -> bool:
+        """The agent runs it and reports its times (else sagaboard's engine records them)."""
+        return self.driver == SagaDriver.CLIENT
+
+
+OPERATOR_STATES = tuple(s for s in StepState if StepState.RESOLVED in STEP_TRANSITIONS[s])
+"""Step states whose undo an operator settles (retry, resolve or leave): ROLLBACK_FAILED and
+IN_DOUBT, those undo_core's table lets a person resolve by hand."""
+DID_NOT_RUN = frozenset({StepState.PENDING, StepState.FAILED})
+"""Step states whose action left nothing to undo (it never ran, or it failed)."""
+FAILURE_STATES = frozenset({*OPERATOR_STATES, StepState.FAILED})
+"""Step states whose ``error`` is the reason it stands there."""
+
 
 class Step(models.Model):
     saga = models.ForeignKey(Saga, on_delete=models.CASCADE, related_name="steps")
@@ -190,6 +223,32 @@ class Step(models.Model):
 
     def __str__(self) -> str:
         return f"{self.step_id} ({self.tool_name})"
+
+    @property
+    def needs_operator(self) -> bool:
+        """An operator's retry, resolve or leave is due: its undo failed or is in doubt, and
+        nobody left it failed or asked for a retry or resolve not yet carried out."""
+        return self.state in OPERATOR_STATES and self.left_at is None and not self.pending_action
+
+    @property
+    def ran(self) -> bool:
+        """Its action ran (or may have): a PENDING or FAILED step left no side effect."""
+        return self.state not in DID_NOT_RUN
+
+    @property
+    def effect_stays(self) -> bool:
+        """It ran and has no undo: its side effect stays whatever the rollback does."""
+        return self.ran and not self.has_undo
+
+    @property
+    def error_is_current(self) -> bool:
+        """Its error is why it stands where it is (failed, undo failed, in doubt), not an
+        earlier attempt's that a retry has since overcome."""
+        return self.state in FAILURE_STATES
+
+    @property
+    def fully_reversible(self) -> bool:
+        return self.reversibility == Reversibility.REVERSIBLE
 
 
 class CompensationAttempt(models.Model):

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from sagaboard.models import Saga, Step
+from sagaboard.models import OPERATOR_STATES, Saga, Step
 from undo_core import RollbackAssessment, SagaStatus, StepFacts, StepState, assess_rollback
 
 ROLLING = frozenset({SagaStatus.COMPENSATING, SagaStatus.ROLLED_BACK, SagaStatus.ROLLBACK_FAILED})
@@ -25,10 +25,6 @@ _FACTS = (
     "saga_id", "step_id", "tool_name", "state", "has_undo", "left_at", "decision_note",
     "left_reason",
 )  # fmt: skip
-
-
-OPERATOR_STATES = (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT)
-"""Step states whose undo an operator must settle (retry, resolve or leave)."""
 
 
 def waits_for_operator() -> Q:

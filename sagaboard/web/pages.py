@@ -11,10 +11,10 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from sagaboard.domain import work_queues
 from sagaboard.infra import text_policy
 from sagaboard.selectors import overview as stats
 from sagaboard.selectors import visible
+from sagaboard.web import presenters
 from sagaboard.web.charts import stacked_bars
 from undo_core import RollbackOutcome, SagaStatus
 
@@ -132,10 +132,5 @@ def saga_detail(request: HttpRequest, project: str, saga_id: str) -> HttpRespons
     if saga is None:
         raise Http404("no such saga in your projects")
     events = visible.event_list_for_saga(saga=saga, limit=1000)
-    context = {
-        "saga": saga,
-        "events": events,
-        "last_log_id": visible.last_event_id(),
-        **work_queues.saga_page_extras(saga),
-    }
+    context = presenters.saga_page(saga, events=events, last_log_id=visible.last_event_id())
     return render(request, "sagaboard/saga_detail.html", context)

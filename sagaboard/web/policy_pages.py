@@ -116,9 +116,11 @@ def audit(request: HttpRequest) -> HttpResponse:
         return response
     query = request.GET.copy()
     query["format"] = "csv"
+    entries = list(rows[:AUDIT_PAGE])
     context = {
-        "entries": list(rows[:AUDIT_PAGE]),
+        "entries": entries,
         "limit": AUDIT_PAGE,
+        "truncated": len(entries) == AUDIT_PAGE,  # maybe more: the page says how to see them
         "chosen": request.GET,
         "csv_query": query.urlencode(),
         "since_choices": [("", "any time"), *[(k, f"last {k}") for k in SINCE]],

@@ -18,6 +18,7 @@ from sagaboard.domain import action_reports, approvals, operator_actions, work_q
 from sagaboard.domain.approvals import DecisionRefused
 from sagaboard.errors import ServiceError
 from sagaboard.selectors import visible
+from sagaboard.web import presenters
 
 
 def _ids(request: HttpRequest, name: str) -> list[int]:
@@ -75,7 +76,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     """Pending approvals, oldest first, with what failed and exactly what would run."""
     projects = visible.projects_for_user(request.user)
     context = {
-        "approvals": work_queues.approvals_pending(projects),
+        "approvals": presenters.queue_items(work_queues.approvals_pending(projects)),
         "can_decide": request.user.has_perm("sagaboard.decide_approval"),
         "last_log_id": visible.last_event_id(),
     }

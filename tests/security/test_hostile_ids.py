@@ -14,14 +14,13 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
 
 from sagaboard.domain.django_store import DjangoStore
 from sagaboard.domain.tokens import token_create
 from sagaboard.infra.text_policy import visible
-from sagaboard.live import consumers
+from sagaboard.live import consumers, fragments
 from sagaboard.models import Project
 from sagaboard.models import Saga as SagaRow
 from tests.support.agent_runs import storebot_events
@@ -201,7 +200,7 @@ def test_stored_names_and_ids_that_differ_only_invisibly_never_look_the_same(roo
     assert '<code>pa<span class="invisible-char">⟨U+200B⟩</span>y</code>' in page
     assert 'Refund<span class="invisible-char">⟨U+202E⟩</span>' in page
     # The live fragments (pushed over the websocket) render the same way.
-    row = render_to_string("sagaboard/_saga_row_live.html", {"saga": saga, "last_log_id": 1})
+    row = fragments.saga_row(saga, 1)
     assert "⟨U+200B⟩" in row and "⟨U+202E⟩" in row and "\u200b" not in row
     detail = consumers._render_detail.func(saga.pk, 1)
     assert "⟨U+200B⟩" in detail and "\u202e" not in detail

@@ -40,7 +40,7 @@ What must hold at the end (every wait bounded in time, every loop in count):
    The in-process undos of the mirrored sagas ran once each, newest first.
 4. Every event reached the browser on the other web process. Each event of the log
    becomes one live fragment carrying its log id (``data-last`` of the live cursor,
-   ``_saga_row_live.html``), so the criterion is the set of log ids: every log id of
+   ``saga_list.html#saga-row-live``), so the criterion is the set of log ids: every log id of
    the 200 sagas' events (from the API) is among those the tab received, and no log
    id came twice. A fragment is rendered after its event committed, from the saga's
    state then, so the tab's newest row of each saga must also show its final status.
