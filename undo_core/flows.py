@@ -89,10 +89,12 @@ class StepResult:
         """This result, carrying the earlier of its store error and ``recorded``'s."""
         if recorded.unsaved is None or self.unsaved is not None:
             return self
-        return StepResult(self.outcome, recorded.unsaved, self.undo_error)
+        return StepResult(
+            outcome=self.outcome, unsaved=recorded.unsaved, undo_error=self.undo_error
+        )
 
 
-_PLAIN = {outcome: StepResult(outcome) for outcome in CompensationOutcome}
+_PLAIN = {outcome: StepResult(outcome=outcome) for outcome in CompensationOutcome}
 """A result with nothing to report, for each outcome (shared: the common case is free)."""
 
 
@@ -227,7 +229,9 @@ class Flows:
             args: tuple[Any, ...] = (input, context)
         else:
             args = (input,)
-        outcome = yield Call(tool.execute, args, tool.execute_timeout, f"{tool.name}.execute")
+        outcome = yield Call(
+            fn=tool.execute, args=args, timeout=tool.execute_timeout, what=f"{tool.name}.execute"
+        )
         assert outcome is not None
         if outcome.error is None:
             recorded = self.complete_step(step, outcome.value, happened=True)
@@ -270,7 +274,7 @@ class Flows:
         name = ledger.record.name
         if resume:
             if status is SagaStatus.ROLLED_BACK:
-                return RollbackRun(self.report())
+                return RollbackRun(report=self.report())
             if status not in (SagaStatus.ROLLBACK_FAILED, SagaStatus.COMPENSATING):
                 raise TransitionError(
                     f"saga {name!r}",
@@ -279,7 +283,7 @@ class Flows:
                     "only a saga whose rollback stopped can resume it; call rollback()",
                 )
         elif status in (SagaStatus.ROLLED_BACK, SagaStatus.ROLLBACK_FAILED):
-            return RollbackRun(self.report())  # a second rollback() is a no-op
+            return RollbackRun(report=self.report())  # a second rollback() is a no-op
         elif status is SagaStatus.COMPENSATING:
             raise TransitionError(
                 f"saga {name!r}", status, SagaStatus.COMPENSATING, "already rolling back"
@@ -306,11 +310,11 @@ class Flows:
             if result.outcome is CompensationOutcome.WAITING:
                 # Paused for a decision, in either mode: undoing older steps first would
                 # break LIFO order. Stays COMPENSATING; resume_rollback() goes on.
-                return RollbackRun(self.report(), unsaved, undo_failure)
+                return RollbackRun(report=self.report(), unsaved=unsaved, undo_failure=undo_failure)
             if halt and result.outcome in (CompensationOutcome.FAILED, CompensationOutcome.LEFT):
                 break
         self.settle(actor)
-        return RollbackRun(self.report(), unsaved, undo_failure)
+        return RollbackRun(report=self.report(), unsaved=unsaved, undo_failure=undo_failure)
 
     def settle(self, actor: str | None) -> None:
         """End a rollback: ROLLED_BACK if nothing is left for a human, else ROLLBACK_FAILED."""
@@ -342,7 +346,9 @@ class Flows:
         if state is StepState.COMPLETED:
             why = self._approval_reason(step)
             if why is None and self.gate.approval_needed is not None:
-                asked = yield Ask(self.gate.approval_needed, self._request(step, ""))
+                asked = yield Ask(
+                    question=self.gate.approval_needed, request=self._request(step, "")
+                )
                 assert asked is not None
                 if asked.error is not None:
                     # Could not learn whether a person must decide: do not run it unattended.
@@ -360,7 +366,9 @@ class Flows:
                 )
         if step.state is StepState.AWAITING_APPROVAL:
             why = why or self._approval_reason(step) or "awaiting approval"
-            outcome = yield Ask(self.gate.approve_compensation, self._request(step, why))
+            outcome = yield Ask(
+                question=self.gate.approve_compensation, request=self._request(step, why)
+            )
             assert outcome is not None
             if outcome.error is not None:
                 log.warning(
@@ -429,7 +437,7 @@ class Flows:
                 error=step.error or "",
                 attempts=len(step.compensation_attempts),
             )
-            outcome = yield Ask(self.gate.compensation_failed, request)
+            outcome = yield Ask(question=self.gate.compensation_failed, request=request)
             assert outcome is not None
             if outcome.error is not None:
                 log.warning("gate failed on %s/%s: %r", record.id, step.id, outcome.error)
@@ -470,7 +478,11 @@ class Flows:
             )
             error: BaseException = LookupError(message)
             failed = self._undo_failed(step, error, clock.now(), actor, timed_out=False)
-            return StepResult(CompensationOutcome.FAILED, recorded.then(failed).unsaved, error)
+            return StepResult(
+                outcome=CompensationOutcome.FAILED,
+                unsaved=recorded.then(failed).unsaved,
+                undo_error=error,
+            )
         policy = tool.undo_retry
         tries = 0
         while True:
@@ -488,7 +500,9 @@ class Flows:
             else:
                 args = (step.output, step.input)[: tool.undo_arity]
             started = clock.now()
-            outcome = yield Call(tool.undo, args, tool.undo_timeout, f"{tool.name}.undo")
+            outcome = yield Call(
+                fn=tool.undo, args=args, timeout=tool.undo_timeout, what=f"{tool.name}.undo"
+            )
             assert outcome is not None
             if outcome.error is None:
                 attempt = CompensationAttempt(
@@ -513,7 +527,11 @@ class Flows:
             timed_out = isinstance(error, TimeoutError)
             if not policy.should_retry(error, tries):
                 failed = self._undo_failed(step, error, started, actor, timed_out=timed_out)
-                return StepResult(CompensationOutcome.FAILED, recorded.then(failed).unsaved, error)
+                return StepResult(
+                    outcome=CompensationOutcome.FAILED,
+                    unsaved=recorded.then(failed).unsaved,
+                    undo_error=error,
+                )
             attempt = CompensationAttempt(
                 number=number,
                 started_at=started,
@@ -523,7 +541,7 @@ class Flows:
                 actor=actor,
             )
             recorded = recorded.then(ledger.record_attempt(step, attempt))
-            yield Sleep(policy.delay(tries))
+            yield Sleep(seconds=policy.delay(tries))
 
     def _undo_failed(
         self,
@@ -648,7 +666,7 @@ def _first(earlier: StepResult, later: StepResult) -> StepResult:
     if earlier.unsaved is None and earlier.undo_error is None:
         return later
     return StepResult(
-        later.outcome,
-        earlier.unsaved or later.unsaved,
-        earlier.undo_error or later.undo_error,
+        outcome=later.outcome,
+        unsaved=earlier.unsaved or later.unsaved,
+        undo_error=earlier.undo_error or later.undo_error,
     )
