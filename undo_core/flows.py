@@ -86,8 +86,8 @@ class StepResult:
     """The first error an undo of this step ended on (it stayed ROLLBACK_FAILED)."""
 
     def with_recorded(self, recorded: Recorded) -> StepResult:
-        """This result, carrying the earlier of its store error and ``recorded``'s."""
-        if recorded.unsaved is None or self.unsaved is not None:
+        """This result after the earlier changes in ``recorded``: the earlier store error wins."""
+        if recorded.unsaved is None or recorded.unsaved is self.unsaved:
             return self
         return StepResult(
             outcome=self.outcome, unsaved=recorded.unsaved, undo_error=self.undo_error
