@@ -250,6 +250,10 @@ class Flows:
         ledger = self.ledger
         if not self.auto_rollback_on_failure:
             ledger.saga_to(SagaStatus.FAILED, failed_step=step.id)
+            if recorded.unsaved is not None:
+                error.add_note(
+                    f"The step's failure could not be saved to the store: {recorded.unsaved}"
+                )
             raise error
         ledger.note_failed_step(step.id)
         run = yield from self.rollback_run(None)

@@ -209,3 +209,17 @@ def test_what_sagaboard_needs_is_public() -> None:
     for name in ("default_owner", "local_owner_dead", "owner_is_gone", "ApprovalScreen"):
         assert name in undo_core.__all__
     assert undo_core.local_owner_dead(undo_core.default_owner()) is False
+
+
+def test_a_failure_the_store_refused_is_named_on_the_error_when_nothing_rolls_back() -> None:
+    store = RefusesNextWrite()
+    saga = Saga(store=store, auto_rollback_on_failure=False)
+
+    def breaks(x: Any) -> None:
+        store.refuse = True  # the step's FAILED write is refused, the saga's is taken
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom") as caught:
+        saga.execute(define_tool("breaks", breaks), 1)
+    assert saga.status is SagaStatus.FAILED
+    assert any("could not be saved" in note for note in caught.value.__notes__)
