@@ -86,8 +86,10 @@ class SagaCore:
             raise TypeError(f"store must implement SagaStore, got {type(store).__name__}")
         if approval_policy is not None and not callable(approval_policy):
             raise TypeError("approval_policy must be callable (step snapshot -> bool)")
-        questions = _AUTO_APPROVE if gate is None else GateQuestions.of(gate)
-        self._check_gate(questions)
+        questions = _AUTO_APPROVE
+        if gate is not None:  # the default gate suits every saga
+            questions = GateQuestions.of(gate)
+            self._check_gate(questions)
         clock = clock or SystemClock()
         now = clock.now()
         owner = owner or default_owner()

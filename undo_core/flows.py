@@ -140,7 +140,7 @@ class Flows:
             return tuple(s.id for s in newest_first if s.state in states)
 
         return RollbackReport(
-            status=ledger.status,
+            status=ledger.record.status,
             rolled_back=ids(StepState.ROLLED_BACK),
             failed=ids(StepState.ROLLBACK_FAILED),
             skipped=tuple(
@@ -154,10 +154,10 @@ class Flows:
 
     def require_open(self, action: str) -> None:
         """Refuse forward work once the saga has ended."""
-        if self.ledger.status is not SagaStatus.IN_PROGRESS:
+        if self.ledger.record.status is not SagaStatus.IN_PROGRESS:
             raise SagaClosedError(
                 f"saga {self.ledger.record.name!r}",
-                self.ledger.status,
+                self.ledger.record.status,
                 SagaStatus.IN_PROGRESS,
                 f"it has ended, so {action} is refused (the tool was not called)",
             )
@@ -206,9 +206,11 @@ class Flows:
         metadata: Mapping[str, Any] | None = None,
     ) -> Flow[Any]:
         """Run ``tool`` as a step and return its output (a PENDING ``step_id`` runs again)."""
-        tool = check_tool(tool)
-        self.require_open("execute")
+        if not isinstance(tool, Tool):
+            check_tool(tool)
         ledger = self.ledger
+        if ledger.record.status is not SagaStatus.IN_PROGRESS:
+            self.require_open("execute")
         try:
             resumed = ledger.by_id.get(step_id) if step_id is not None else None
             if resumed is not None and resumed.state is StepState.PENDING:
@@ -274,7 +276,7 @@ class Flows:
     def rollback_run(self, actor: str | None, *, resume: bool = False) -> Flow[RollbackRun]:
         """Compensate every step newest first, from wherever each stands."""
         ledger = self.ledger
-        status = ledger.status
+        status = ledger.record.status
         name = ledger.record.name
         if resume:
             if status is SagaStatus.ROLLED_BACK:
@@ -301,7 +303,7 @@ class Flows:
                     actor=actor,
                     error="never marked completed before the rollback; treated as not executed",
                 )
-        if ledger.status is not SagaStatus.COMPENSATING:
+        if ledger.record.status is not SagaStatus.COMPENSATING:
             ledger.saga_to(SagaStatus.COMPENSATING, actor=actor)
         halt = self.on_compensation_failure == "halt"
         unsaved: StoreError | None = None
@@ -323,12 +325,12 @@ class Flows:
     def settle(self, actor: str | None) -> None:
         """End a rollback: ROLLED_BACK if nothing is left for a human, else ROLLBACK_FAILED."""
         ledger = self.ledger
-        if ledger.status is SagaStatus.COMPENSATING:
+        if ledger.record.status is SagaStatus.COMPENSATING:
             left = any(ledger.unsettled(s) for s in ledger.steps)
             ledger.saga_to(
                 SagaStatus.ROLLBACK_FAILED if left else SagaStatus.ROLLED_BACK, actor=actor
             )
-        elif ledger.status is SagaStatus.ROLLBACK_FAILED and not any(
+        elif ledger.record.status is SagaStatus.ROLLBACK_FAILED and not any(
             ledger.unsettled(s) for s in ledger.steps
         ):
             ledger.saga_to(SagaStatus.ROLLED_BACK, actor=actor)
@@ -597,10 +599,10 @@ class Flows:
         ledger = self.ledger
         step = ledger.get(step_id)
         name = ledger.record.name
-        if ledger.status not in (SagaStatus.ROLLBACK_FAILED, SagaStatus.COMPENSATING):
+        if ledger.record.status not in (SagaStatus.ROLLBACK_FAILED, SagaStatus.COMPENSATING):
             raise TransitionError(
                 f"saga {name!r}",
-                ledger.status,
+                ledger.record.status,
                 SagaStatus.COMPENSATING,
                 f"{action} applies to a saga whose rollback failed",
             )
@@ -657,7 +659,7 @@ class Flows:
                     error="the process died during this undo",
                 )
                 recorded = recorded.then(ledger.record_attempt(step, attempt))
-        resume = ledger.status is SagaStatus.COMPENSATING
+        resume = ledger.record.status is SagaStatus.COMPENSATING
         run = yield from self.rollback_run(actor, resume=resume)
         unsaved = recorded.unsaved or run.unsaved
         if unsaved is not None:

@@ -181,10 +181,6 @@ class Ledger:
 
     # ------------------------------------------------------------ reads
 
-    @property
-    def status(self) -> SagaStatus:
-        return self.record.status
-
     def get(self, step_id: str) -> StepRow:
         """One step; :class:`StepNotFoundError` if unknown."""
         try:
@@ -225,8 +221,17 @@ class Ledger:
             except Exception:  # a listener must never break the saga
                 log.exception("saga listener %r failed on %s", listener, event)
 
-    def next_record(self, next_step_number: int | None = None) -> SagaRecord:
-        """The saga's record for its next change: one event later, leased by this process."""
+    def next_record(
+        self,
+        *,
+        status: SagaStatus | None = None,
+        next_step_number: int | None = None,
+        failed_step: str | None = None,
+    ) -> SagaRecord:
+        """The saga's record for its next change: one event later, leased by this process.
+
+        ``status``, ``next_step_number`` and ``failed_step`` replace the current ones when given.
+        """
         now = self.clock.now()
         r = self.record
         expires = r.lease_expires_at
@@ -236,14 +241,14 @@ class Ledger:
             SagaRecord,
             id=r.id,
             name=r.name,
-            status=r.status,
+            status=r.status if status is None else status,
             created_at=r.created_at,
             updated_at=now,
             seq=r.seq + 1,
             next_step_number=r.next_step_number if next_step_number is None else next_step_number,
             options=r.options,
             state=r.state,
-            failed_step=r.failed_step,
+            failed_step=r.failed_step if failed_step is None else failed_step,
             # Every write (re)claims the lease: fencing refuses a stale owner.
             lease_owner=self.owner,
             lease_expires_at=expires,
@@ -285,10 +290,12 @@ class Ledger:
         self.record = record
         self.started = True
 
-    def saga_to(self, status: SagaStatus, *, actor: str | None = None, **fields: Any) -> None:
-        """Move the saga; a saga that comes to rest lets its lease go."""
+    def saga_to(
+        self, status: SagaStatus, *, actor: str | None = None, failed_step: str | None = None
+    ) -> None:
+        """Move the saga (naming the step that failed it, if any); at rest, it lets its lease go."""
         check_saga_transition(self.record.status, status, saga_id=self.record.id)
-        record = self.next_record()._replace(status=status, **fields)
+        record = self.next_record(status=status, failed_step=failed_step)
         event = self.event(record, EventKind.SAGA, status, self.record.status, actor=actor)
         self.commit(record, None, event)
         self.record = record

@@ -76,7 +76,7 @@ class Saga(SagaCore):
             if inspect.iscoroutine(value):
                 value.close()
             return Outcome(error=TypeError(f"{effect!r} returned an awaitable; use AsyncSaga"))
-        return Outcome(value=value)
+        return Outcome(value)
 
     def execute(
         self,
@@ -167,7 +167,7 @@ class AsyncSaga(SagaCore):
                 value = await self._call(effect)
         except Exception as err:
             return Outcome(error=err)
-        return Outcome(value=value)
+        return Outcome(value)
 
     async def _call(self, call: Call) -> Any:
         if inspect.iscoroutinefunction(call.fn) or inspect.iscoroutinefunction(
