@@ -6,7 +6,7 @@ store enforces (``undo_core.rules``), write to the store, then change memory,
 then tell listeners. A change that the store refuses did not happen, except a
 change that records something the world already did (a tool ran, an undo ran):
 memory moves on anyway, so the rollback still undoes it, and the store's error
-comes back as an :class:`Recorded` result for the flow that made the change to
+comes back as a :class:`Recorded` result for the flow that made the change to
 raise or report when its operation ends. It is never swallowed.
 
 The ledger also holds the saga's lease: every write (re)claims it, renewing it
