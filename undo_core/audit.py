@@ -103,13 +103,13 @@ def audit_listener(sink: AuditSink) -> Callable[[SagaEvent], None]:
             action, severity = entry
             deliver(
                 AuditRecord(
-                    action,
-                    severity,
-                    event.saga_id,
-                    event.saga_name,
-                    event.step_id,
-                    event.detail,
-                    event,
+                    action=action,
+                    severity=severity,
+                    saga_id=event.saga_id,
+                    saga_name=event.saga_name,
+                    step=event.step_id,
+                    detail=event.detail,
+                    event=event,
                 )
             )
 

@@ -22,10 +22,15 @@ from typing import Any, TypedDict
 
 from .audit import AuditSink, audit_listener
 from .engine import SagaCore
-from .errors import SagaClosedError, SagaDefinitionError, SagaNotFoundError, SagaRollbackError
-from .recovery import attach
+from .errors import (
+    SagaClosedError,
+    SagaDefinitionError,
+    SagaNotFoundError,
+    SagaRollbackError,
+    StepNotFoundError,
+)
 from .saga import AsyncSaga, Saga
-from .states import SagaStatus
+from .states import SagaStatus, StepState
 from .storage import SagaStore
 from .tools import Tool, _is_async, define_tool
 
@@ -54,7 +59,11 @@ def _as_step(raw: SagaStep | Mapping[str, Any], position: int) -> SagaStep:
         unknown = set(raw) - {"name", "run", "compensate"}
         if unknown:
             raise SagaDefinitionError(f"step #{position}: unknown keys {sorted(unknown)}")
-        step = SagaStep(raw.get("name"), raw.get("run"), raw.get("compensate"))  # type: ignore[arg-type]
+        step = SagaStep(
+            name=raw.get("name"),  # type: ignore[arg-type]
+            run=raw.get("run"),  # type: ignore[arg-type]
+            compensate=raw.get("compensate"),
+        )
     else:
         raise SagaDefinitionError(f"step #{position} must be a dict or SagaStep")
     if not isinstance(step.name, str) or not step.name.strip():
@@ -147,8 +156,7 @@ class SagaDefinition:
         return saga
 
     def _mark(self, saga: SagaCore, state: Any) -> None:
-        options = {**saga._record.options, "kind": "declarative", "definition": self.name}
-        saga._record = saga._record._replace(options=options, state=state)
+        saga.declare(self.name, state)
 
     def _restore(self, cls: type[SagaCore], saga_id: str, ctx: Any) -> tuple[Any, Any]:
         if self.store is None:
@@ -176,8 +184,8 @@ class SagaDefinition:
             listeners.append(self._audit_listener)
         options.pop("on_compensation_failure", None)  # the stored saga's own options apply
         options.pop("auto_rollback_on_failure", None)
-        saga = attach(
-            cls, self.store, saga_id, self._tools(ctx, state), listeners=listeners, **options
+        saga = cls.restore(
+            self.store, saga_id, self._tools(ctx, state), listeners=listeners, **options
         )
         self._mark(saga, state)
         return saga, state
@@ -213,9 +221,12 @@ class SagaDefinition:
 
     def _failed_from_store(self, saga: SagaCore) -> SagaRollbackError:
         """The error for a saga that resume found already rolling back."""
-        failed = saga._record.failed_step or "?"
-        step = saga._by_id.get(failed)
-        cause = RuntimeError(step.error if step and step.error else "failed before a crash")
+        failed = saga.record.failed_step or "?"
+        try:
+            error = saga.step(failed).error
+        except StepNotFoundError:
+            error = None
+        cause = RuntimeError(error or "failed before a crash")
         return SagaRollbackError(
             "",
             saga_id=saga.id,
@@ -230,12 +241,11 @@ class SagaDefinition:
 
     def _run_sync(self, saga: Saga, ctx: Any, state: Any) -> RunResult:
         tools = self._tools(ctx, state)
+        done = _done_before(saga)
         try:
             for step in self.steps:
-                existing = saga._by_id.get(step.name)
-                if existing is not None and existing.state.value != "PENDING":
-                    continue  # done before a crash
-                saga._drive(saga._execute_flow(tools[step.name], None, step_id=step.name))
+                if step.name not in done:
+                    saga.execute(tools[step.name], None, step_id=step.name)
         except SagaRollbackError as err:
             raise self._error(err) from err.cause
         saga.complete()
@@ -268,12 +278,11 @@ class SagaDefinition:
 
     async def _run_async(self, saga: AsyncSaga, ctx: Any, state: Any) -> RunResult:
         tools = self._tools(ctx, state)
+        done = _done_before(saga)
         try:
             for step in self.steps:
-                existing = saga._by_id.get(step.name)
-                if existing is not None and existing.state.value != "PENDING":
-                    continue
-                await saga._drive(saga._execute_flow(tools[step.name], None, step_id=step.name))
+                if step.name not in done:
+                    await saga.execute(tools[step.name], None, step_id=step.name)
         except SagaRollbackError as err:
             raise self._error(err) from err.cause
         saga.complete()
@@ -295,6 +304,11 @@ class SagaDefinition:
             err = self._failed_from_store(saga)
             raise self._error(err) from err.cause
         return await self._run_async(saga, ctx, state)
+
+
+def _done_before(saga: SagaCore) -> frozenset[str]:
+    """The steps a resumed saga already ran (all but a PENDING one) before its process died."""
+    return frozenset(s.id for s in saga.steps if s.state is not StepState.PENDING)
 
 
 def define_saga(

@@ -26,9 +26,10 @@ class Call(NamedTuple):
 
 
 class Ask(NamedTuple):
-    """Effect: ask the gate (``method`` is ``approve_compensation`` or ``compensation_failed``)."""
+    """Effect: ask the gate one question (one of :class:`~undo_core.gates.GateQuestions`)."""
 
-    method: str
+    question: Callable[[Any], Any]
+    """The gate's bound method; the driver calls it with ``request`` (and awaits, if async)."""
     request: ApprovalRequest | FailedCompensation
 
 

@@ -14,6 +14,10 @@ A gate answers two questions, each with a :class:`Decision`:
   an undo failed; ``RETRY`` it, ``RESOLVE`` it (handled by hand) or ``LEAVE``
   it for a human and stop the cascade.
 
+The engine asks through :class:`GateQuestions`, the gate's questions as typed
+callables, made once when the saga is made: a gate without ``approval_needed``
+has ``None`` there, and then every undo nothing flags runs unasked.
+
 A gate may block (or await) for as long as a human takes: sagaboard's SDK
 gate waits for an operator's click. If a gate raises, the engine treats it as
 "no decision yet": the step stays where it is and the saga ends
@@ -22,7 +26,7 @@ ROLLBACK_FAILED, to be resumed later.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
@@ -32,11 +36,13 @@ from .records import StepSnapshot
 __all__ = [
     "ApprovalGate",
     "ApprovalRequest",
+    "ApprovalScreen",
     "AsyncApprovalGate",
     "AutoApproveGate",
     "Decision",
     "DecisionAction",
     "FailedCompensation",
+    "GateQuestions",
 ]
 
 
@@ -59,32 +65,32 @@ class Decision:
 
     @classmethod
     def approve(cls, *, actor: str | None = None, reason: str | None = None) -> Decision:
-        return cls(DecisionAction.APPROVE, reason, actor)
+        return cls(action=DecisionAction.APPROVE, reason=reason, actor=actor)
 
     @classmethod
     def reject(cls, reason: str, *, actor: str | None = None) -> Decision:
         if not reason or not reason.strip():
             raise ValueError("a rejection needs a reason")
-        return cls(DecisionAction.REJECT, reason, actor)
+        return cls(action=DecisionAction.REJECT, reason=reason, actor=actor)
 
     @classmethod
     def retry(cls, *, actor: str | None = None, reason: str | None = None) -> Decision:
-        return cls(DecisionAction.RETRY, reason, actor)
+        return cls(action=DecisionAction.RETRY, reason=reason, actor=actor)
 
     @classmethod
     def resolve(cls, note: str, *, actor: str | None = None) -> Decision:
         if not note or not note.strip():
             raise ValueError("resolving by hand needs a note saying what was done")
-        return cls(DecisionAction.RESOLVE, note, actor)
+        return cls(action=DecisionAction.RESOLVE, reason=note, actor=actor)
 
     @classmethod
     def wait(cls, *, reason: str | None = None) -> Decision:
         """No decision yet: pause the rollback here (the saga stays COMPENSATING)."""
-        return cls(DecisionAction.WAIT, reason, None)
+        return cls(action=DecisionAction.WAIT, reason=reason, actor=None)
 
     @classmethod
     def leave(cls, *, actor: str | None = None, reason: str | None = None) -> Decision:
-        return cls(DecisionAction.LEAVE, reason, actor)
+        return cls(action=DecisionAction.LEAVE, reason=reason, actor=actor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +131,57 @@ class AsyncApprovalGate(Protocol):
     async def approve_compensation(self, request: ApprovalRequest) -> Decision: ...
 
     async def compensation_failed(self, request: FailedCompensation) -> Decision: ...
+
+
+Screening = str | Awaitable[str | None] | None
+"""What ``approval_needed`` returns: a reason, ``None``, or (from an async gate) an awaitable."""
+
+
+@runtime_checkable
+class ApprovalScreen(Protocol):
+    """A gate's optional third question: does this undo, which nothing flags, need approval?
+
+    A reason string makes the undo wait for approval like a flagged one; ``None``
+    lets it run. An async gate may answer with an awaitable (an ``async def``).
+    """
+
+    def approval_needed(self, request: ApprovalRequest) -> Screening: ...
+
+
+Answer = Decision | Awaitable[Decision]
+"""What a gate's question returns: a decision, or (from an async gate) an awaitable of one."""
+
+
+@dataclass(frozen=True, slots=True)
+class GateQuestions:
+    """The questions the engine asks a gate, as typed callables (the gate's bound methods).
+
+    ``approval_needed`` is ``None`` for a gate that does not screen undos
+    (:class:`ApprovalScreen`): the engine then asks nothing before an undo that
+    nothing flags.
+    """
+
+    approve_compensation: Callable[[ApprovalRequest], Answer]
+    compensation_failed: Callable[[FailedCompensation], Answer]
+    approval_needed: Callable[[ApprovalRequest], Screening] | None = None
+
+    @classmethod
+    def of(cls, gate: ApprovalGate | AsyncApprovalGate) -> GateQuestions:
+        """The questions of ``gate``; :class:`TypeError` if it does not answer the two required."""
+        if not (
+            isinstance(gate, ApprovalGate)  # the async protocol has the same two names
+            and callable(gate.approve_compensation)
+            and callable(gate.compensation_failed)
+        ):
+            raise TypeError(
+                "gate must implement ApprovalGate: approve_compensation() and "
+                f"compensation_failed(); got {type(gate).__name__}"
+            )
+        return cls(
+            approve_compensation=gate.approve_compensation,
+            compensation_failed=gate.compensation_failed,
+            approval_needed=gate.approval_needed if isinstance(gate, ApprovalScreen) else None,
+        )
 
 
 class AutoApproveGate:

@@ -123,12 +123,12 @@ class StepFacts:
     @classmethod
     def of(cls, step: StepSnapshot, *, left: bool = False, note: str | None = None) -> StepFacts:
         return cls(
-            step.id,
-            step.tool_name,
-            step.state,
-            step.has_undo,
-            left,
-            note if note is not None else step.decision_note,
+            id=step.id,
+            tool_name=step.tool_name,
+            state=step.state,
+            has_undo=step.has_undo,
+            left=left,
+            note=note if note is not None else step.decision_note,
         )
 
 
@@ -209,10 +209,10 @@ def assess_rollback(status: SagaStatus, steps: Iterable[StepFacts]) -> RollbackA
     """
     status = SagaStatus(status)
     if status not in _ROLLING:
-        return RollbackAssessment(None)
+        return RollbackAssessment(outcome=None)
     steps = list(steps)
     exceptions = tuple(
-        RollbackException(s.id, s.tool_name, kind, s.note)
+        RollbackException(step_id=s.id, tool_name=s.tool_name, kind=kind, note=s.note)
         for s in steps
         if (kind := _exception(status, s)) is not None
     )
@@ -228,7 +228,7 @@ def assess_rollback(status: SagaStatus, steps: Iterable[StepFacts]) -> RollbackA
     if status in _REST:
         clean = status is SagaStatus.ROLLED_BACK and not exceptions
         outcome = RollbackOutcome.CLEAN if clean else RollbackOutcome.WITH_EXCEPTIONS
-    return RollbackAssessment(outcome, exceptions, waiting)
+    return RollbackAssessment(outcome=outcome, exceptions=exceptions, waiting_for=waiting)
 
 
 def status_text(

@@ -9,27 +9,29 @@ one saga.
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any
 
 from .clock import Clock, SystemClock
-from .effects import Flow
-from .engine import SagaCore, default_owner
-from .errors import LeaseError, SagaNotFoundError
-from .records import AttemptOutcome, CompensationAttempt, SagaRecord
+from .engine import SagaCore
+from .errors import LeaseError
+from .ledger import default_owner, local_owner_dead, owner_is_gone
 from .reports import RollbackReport
 from .saga import AsyncSaga, Saga
-from .states import SagaStatus, StepState
+from .states import SagaStatus
 from .storage import SagaStore
 from .tools import Tool
 
-__all__ = ["RecoveryResult", "arecover", "attach", "owner_is_gone", "recover"]
-
-S = TypeVar("S", bound=SagaCore)
+__all__ = [
+    "RecoveryResult",
+    "arecover",
+    "attach",
+    "local_owner_dead",
+    "owner_is_gone",
+    "recover",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,42 +44,6 @@ class RecoveryResult:
     report: RollbackReport
     in_doubt: tuple[str, ...]
     """Steps that were running when their process died: a human must judge them."""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def owner_is_gone(record: SagaRecord, now: datetime) -> bool:
-    """True when nobody alive holds the saga: no lease, an expired one, or a dead local owner."""
-    if record.lease_owner is None:
-        return True
-    if record.lease_expires_at is not None and record.lease_expires_at <= now:
-        return True
-    return local_owner_dead(record.lease_owner)
-
-
-def local_owner_dead(owner: str) -> bool:
-    """True when ``owner`` (``host:pid:...``) names a process of this host that has exited.
-
-    Owners on other hosts, or not in that form, are never judged here: their lease
-    expiry says when they are gone.
-    """
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    return host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid))
-
-
-def _tool_map(tools: Mapping[str, Tool] | Iterable[Tool]) -> dict[str, Tool]:
-    if isinstance(tools, Mapping):
-        return {t.name: t for t in tools.values()} | dict(tools)
-    return {t.name: t for t in tools}
 
 
 def attach[S: SagaCore](
@@ -94,58 +60,11 @@ def attach[S: SagaCore](
     """Load a saga from ``store`` and take its lease, to act on it from this process.
 
     Raises :class:`SagaNotFoundError` for an unknown id and :class:`LeaseError`
-    while another live process holds it.
+    while another live process holds it (see :meth:`SagaCore.restore`).
     """
-    snapshot = store.load(saga_id)
-    if snapshot is None:
-        raise SagaNotFoundError(f"no saga {saga_id!r} in the store")
-    owner = owner or default_owner()
-    now = (clock or SystemClock()).now()
-    current = snapshot.record.lease_owner
-    if current != owner and not owner_is_gone(snapshot.record, now):
-        raise LeaseError(f"saga {saga_id!r} is held by live process {current!r}")
-    if not store.acquire_lease(
-        saga_id, owner, now + timedelta(seconds=lease_seconds), expected_owner=current
-    ):
-        raise LeaseError(f"saga {saga_id!r} was taken by another process first")
-    saga: S = saga_class._restored(
-        snapshot,
-        _tool_map(tools),
-        store=store,
-        owner=owner,
-        lease_seconds=lease_seconds,
-        clock=clock,
-        **options,
+    return saga_class.restore(
+        store, saga_id, tools, owner=owner, lease_seconds=lease_seconds, clock=clock, **options
     )
-    return saga
-
-
-def _recovery_flow(saga: SagaCore) -> Flow[RollbackReport]:
-    for step in saga._steps:
-        if step.state is StepState.PENDING:
-            saga._step_to(
-                step,
-                StepState.IN_DOUBT,
-                detail="the process died while this step ran; its effect may have happened",
-                error="in doubt: the process stopped while this step was running",
-            )
-        elif step.state is StepState.COMPENSATING:
-            # The undo may or may not have run: record it, then run it again with
-            # the same idempotency key (undos must tolerate a repeat).
-            started = step.updated_at
-            saga._attempt_event(
-                step,
-                CompensationAttempt(
-                    len(step.attempts) + 1,
-                    started,
-                    saga._clock.now(),
-                    AttemptOutcome.INTERRUPTED,
-                    "the process died during this undo",
-                ),
-            )
-    resume = saga.status is SagaStatus.COMPENSATING
-    report = yield from saga._rollback_flow("recovery", resume=resume)
-    return report
 
 
 def _candidates(store: SagaStore, now: datetime) -> Iterable[str]:
@@ -158,7 +77,13 @@ def _candidates(store: SagaStore, now: datetime) -> Iterable[str]:
 
 
 def _result(saga: SagaCore, report: RollbackReport) -> RecoveryResult:
-    return RecoveryResult(saga.id, saga.name, saga.status, report, report.in_doubt)
+    return RecoveryResult(
+        saga_id=saga.id,
+        saga_name=saga.name,
+        status=saga.status,
+        report=report,
+        in_doubt=report.in_doubt,
+    )
 
 
 def recover(
@@ -180,14 +105,13 @@ def recover(
     results = []
     for saga_id in _candidates(store, (clock or SystemClock()).now()):
         try:
-            saga = attach(Saga, store, saga_id, tools, owner=owner, clock=clock, **options)
+            saga = Saga.restore(store, saga_id, tools, owner=owner, clock=clock, **options)
         except LeaseError:
             continue  # another process took it first
         try:
             if saga.status.ended:
                 continue  # another process finished it since it was listed
-            report = saga._drive(_recovery_flow(saga))
-            results.append(_result(saga, report))
+            results.append(_result(saga, saga.resume_after_crash()))
         finally:
             store.release_lease(saga_id, owner)
     return results
@@ -206,14 +130,13 @@ async def arecover(
     results = []
     for saga_id in _candidates(store, (clock or SystemClock()).now()):
         try:
-            saga = attach(AsyncSaga, store, saga_id, tools, owner=owner, clock=clock, **options)
+            saga = AsyncSaga.restore(store, saga_id, tools, owner=owner, clock=clock, **options)
         except LeaseError:
             continue
         try:
             if saga.status.ended:
                 continue
-            report = await saga._drive(_recovery_flow(saga))
-            results.append(_result(saga, report))
+            results.append(_result(saga, await saga.resume_after_crash()))
         finally:
             store.release_lease(saga_id, owner)
     return results

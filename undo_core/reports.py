@@ -1,14 +1,16 @@
-"""What a rollback leaves behind, and the message that tells a human about it."""
+"""What a rollback leaves behind, and the message and error that tell a human about it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .errors import SagaRollbackError
+from .records import SagaRecord
 from .states import SagaStatus
 from .steps import StepRow
 
-__all__ = ["RollbackReport", "rollback_message"]
+__all__ = ["RollbackReport", "rollback_error", "rollback_message"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +72,41 @@ def rollback_message(steps: Mapping[str, StepRow], report: RollbackReport, faile
             f"Manual intervention required; unresolved steps: {', '.join(report.unresolved)}."
         )
     return " ".join(parts)
+
+
+def rollback_error(
+    saga: SagaRecord,
+    steps: Mapping[str, StepRow],
+    report: RollbackReport,
+    failed: StepRow,
+    cause: BaseException,
+    unsaved: BaseException | None,
+    undo_failure: tuple[BaseException, StepRow] | None,
+) -> SagaRollbackError:
+    """The error ``execute`` raises once its step ``failed`` and the rollback ran.
+
+    ``unsaved`` is the first change the rollback could not store (named in the
+    message unless it is the cause itself), ``undo_failure`` the first undo that
+    failed and its step.
+    """
+    message = rollback_message(steps, report, failed)
+    if unsaved is not None and str(unsaved) != str(cause):
+        message += f" Some of this could not be saved to the store: {unsaved}"
+    comp_error, comp_step = undo_failure if undo_failure is not None else (None, None)
+    return SagaRollbackError(
+        message,
+        saga_id=saga.id,
+        saga_name=saga.name,
+        status=saga.status,
+        cause=cause,
+        failed_step=failed.id,
+        failed_step_name=failed.tool_name,
+        compensation_cause=comp_error,
+        failed_comp_step_name=comp_step.tool_name if comp_step else None,
+        failed_comp_step=comp_step.id if comp_step else None,
+        rolled_back=report.rolled_back,
+        failed=report.failed,
+        skipped=report.skipped,
+        rejected=report.rejected,
+        unresolved=report.unresolved,
+    )

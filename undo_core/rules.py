@@ -480,4 +480,4 @@ def replay(changes: Iterable[SagaChange], *, max_steps: int | None = None) -> Sa
             steps[snap.id] = snap
     if saga is None:
         return None
-    return SagaSnapshot(saga, tuple(sorted(steps.values(), key=lambda s: s.position)))
+    return SagaSnapshot(record=saga, steps=tuple(sorted(steps.values(), key=lambda s: s.position)))

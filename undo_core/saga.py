@@ -12,6 +12,7 @@ from typing import Any, Self
 from .effects import Ask, Call, Effect, Flow, Outcome, Sleep
 from .engine import SagaCore
 from .errors import StepTimeoutError
+from .gates import GateQuestions
 from .records import StepSnapshot
 from .reports import RollbackReport
 from .states import SagaStatus
@@ -43,11 +44,11 @@ class Saga(SagaCore):
     Not thread-safe: one saga is driven by one thread at a time.
     """
 
-    def _check_gate(self, gate: Any) -> None:
-        super()._check_gate(gate)
-        for method in ("approve_compensation", "compensation_failed"):
-            if inspect.iscoroutinefunction(getattr(gate, method)):
-                raise TypeError("Saga needs a synchronous gate; use AsyncSaga for an async one")
+    def _check_gate(self, gate: GateQuestions) -> None:
+        if inspect.iscoroutinefunction(gate.approve_compensation) or inspect.iscoroutinefunction(
+            gate.compensation_failed
+        ):
+            raise TypeError("Saga needs a synchronous gate; use AsyncSaga for an async one")
 
     def _drive(self, flow: Flow[Any]) -> Any:
         try:
@@ -57,16 +58,16 @@ class Saga(SagaCore):
         except StopIteration as stop:
             return stop.value
         except BaseException:
-            self._abandon()
+            self._ledger.abandon()
             raise
 
     def _perform(self, effect: Effect) -> Outcome | None:
         if isinstance(effect, Sleep):
-            self._clock.sleep(effect.seconds)
+            self._ledger.clock.sleep(effect.seconds)
             return None
         try:
             if isinstance(effect, Ask):
-                value = getattr(self._gate, effect.method)(effect.request)
+                value = effect.question(effect.request)
             else:
                 value = _call_with_timeout(effect)
         except Exception as err:
@@ -78,7 +79,12 @@ class Saga(SagaCore):
         return Outcome(value)
 
     def execute(
-        self, tool: Tool, input: Any = None, *, metadata: Mapping[str, Any] | None = None
+        self,
+        tool: Tool,
+        input: Any = None,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        step_id: str | None = None,
     ) -> Any:
         """Run ``tool`` as the next step and return its output.
 
@@ -86,22 +92,34 @@ class Saga(SagaCore):
         completed step newest first and raise :class:`SagaRollbackError`;
         without it, the saga becomes FAILED and the tool's error propagates.
         ``metadata`` (JSON values, e.g. the framework's tool call id) is kept on the step.
+        ``step_id`` names the step (else ``step-N``); a PENDING step of that id, left
+        by a process that died while running it, runs again (declarative sagas resume so).
         """
-        return self._drive(self._execute_flow(tool, input, metadata=metadata))
+        return self._drive(self._flows.execute(tool, input, step_id=step_id, metadata=metadata))
 
     def rollback(self, *, actor: str | None = None) -> RollbackReport:
         """Undo every COMPLETED step, newest first. A second call does nothing."""
-        report: RollbackReport = self._drive(self._rollback_flow(actor))
+        report: RollbackReport = self._drive(self._flows.rollback(actor))
         return report
 
     def resume_rollback(self, *, actor: str | None = None) -> RollbackReport:
         """Continue a rollback that stopped (halted on a failed undo, or interrupted)."""
-        report: RollbackReport = self._drive(self._rollback_flow(actor, resume=True))
+        report: RollbackReport = self._drive(self._flows.rollback(actor, resume=True))
+        return report
+
+    def resume_after_crash(self, *, actor: str = "recovery") -> RollbackReport:
+        """Roll back what a dead process left of this saga, from where it stopped.
+
+        For a saga taken over with :meth:`restore`: a step found PENDING becomes
+        IN_DOUBT, an undo found running is recorded as interrupted and runs again.
+        :func:`~undo_core.recover` calls it for each saga it takes over.
+        """
+        report: RollbackReport = self._drive(self._flows.recover(actor))
         return report
 
     def retry_compensation(self, step_id: str, *, actor: str | None = None) -> StepSnapshot:
         """Run a ROLLBACK_FAILED (or IN_DOUBT) step's undo again, under its retry policy."""
-        snapshot: StepSnapshot = self._drive(self._retry_flow(step_id, actor))
+        snapshot: StepSnapshot = self._drive(self._flows.retry(step_id, actor))
         return snapshot
 
     def __enter__(self) -> Self:
@@ -133,16 +151,16 @@ class AsyncSaga(SagaCore):
         except StopIteration as stop:
             return stop.value
         except BaseException:
-            self._abandon()
+            self._ledger.abandon()
             raise
 
     async def _perform(self, effect: Effect) -> Outcome | None:
         if isinstance(effect, Sleep):
-            await self._clock.asleep(effect.seconds)
+            await self._ledger.clock.asleep(effect.seconds)
             return None
         try:
             if isinstance(effect, Ask):
-                value = getattr(self._gate, effect.method)(effect.request)
+                value = effect.question(effect.request)
                 if inspect.isawaitable(value):
                     value = await value
             else:
@@ -169,24 +187,35 @@ class AsyncSaga(SagaCore):
             raise StepTimeoutError(f"{call.what} timed out after {call.timeout:g}s") from None
 
     async def execute(
-        self, tool: Tool, input: Any = None, *, metadata: Mapping[str, Any] | None = None
+        self,
+        tool: Tool,
+        input: Any = None,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        step_id: str | None = None,
     ) -> Any:
         """Run ``tool`` as the next step and return its output (see :meth:`Saga.execute`)."""
-        return await self._drive(self._execute_flow(tool, input, metadata=metadata))
+        flow = self._flows.execute(tool, input, step_id=step_id, metadata=metadata)
+        return await self._drive(flow)
 
     async def rollback(self, *, actor: str | None = None) -> RollbackReport:
         """Undo every COMPLETED step, newest first. A second call does nothing."""
-        report: RollbackReport = await self._drive(self._rollback_flow(actor))
+        report: RollbackReport = await self._drive(self._flows.rollback(actor))
         return report
 
     async def resume_rollback(self, *, actor: str | None = None) -> RollbackReport:
         """Continue a rollback that stopped (halted on a failed undo, or interrupted)."""
-        report: RollbackReport = await self._drive(self._rollback_flow(actor, resume=True))
+        report: RollbackReport = await self._drive(self._flows.rollback(actor, resume=True))
+        return report
+
+    async def resume_after_crash(self, *, actor: str = "recovery") -> RollbackReport:
+        """:meth:`Saga.resume_after_crash` for async tools."""
+        report: RollbackReport = await self._drive(self._flows.recover(actor))
         return report
 
     async def retry_compensation(self, step_id: str, *, actor: str | None = None) -> StepSnapshot:
         """Run a ROLLBACK_FAILED (or IN_DOUBT) step's undo again, under its retry policy."""
-        snapshot: StepSnapshot = await self._drive(self._retry_flow(step_id, actor))
+        snapshot: StepSnapshot = await self._drive(self._flows.retry(step_id, actor))
         return snapshot
 
     async def __aenter__(self) -> Self:

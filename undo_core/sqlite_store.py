@@ -347,7 +347,7 @@ class SQLiteStore:
             ),
             key=lambda s: s.position,
         )
-        return SagaSnapshot(record, tuple(snapshots))
+        return SagaSnapshot(record=record, steps=tuple(snapshots))
 
     @staticmethod
     def _step(step_id: str, f: dict[str, Any]) -> StepSnapshot:

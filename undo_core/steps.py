@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import traceback as tb
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -12,16 +13,16 @@ from .serialize import safe_text
 from .states import StepState
 from .tools import Tool
 
-__all__ = ["StepRow", "describe", "make"]
+__all__ = ["StepRow", "describe"]
 
-
-def make[R: tuple[Any, ...]](cls: type[R], values: tuple[Any, ...]) -> R:
-    """Build a NamedTuple without its generated ``__new__``: the hot path makes 4 per transition."""
-    return tuple.__new__(cls, values)
+# The snapshot's fields read from the row by name: a row has an attribute for each.
+_snapshot_values = operator.attrgetter(*StepSnapshot._fields)
 
 
 @dataclass(slots=True)
 class StepRow:
+    """One step as the engine holds it; :meth:`snapshot` is its immutable, shareable view."""
+
     id: str
     position: int
     tool_name: str
@@ -39,39 +40,22 @@ class StepRow:
     error_type: str | None = None
     traceback: str | None = None
     completed_at: datetime | None = None
-    attempts: tuple[CompensationAttempt, ...] = ()
+    compensation_attempts: tuple[CompensationAttempt, ...] = ()
     decision_note: str | None = None
     decided_by: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     unpersisted: bool = False
     """A write of this step failed after its tool ran: later writes are best effort."""
+    last: StepSnapshot | None = None
+    """The snapshot its last change wrote (the "before" of its next change), if any."""
 
     def snapshot(self) -> StepSnapshot:
-        return make(
-            StepSnapshot,
-            (
-                self.id,
-                self.position,
-                self.tool_name,
-                self.state,
-                self.input,
-                self.output,
-                self.error,
-                self.error_type,
-                self.traceback,
-                self.has_undo,
-                self.requires_approval,
-                self.reversibility,
-                self.idempotency_key,
-                self.created_at,
-                self.updated_at,
-                self.completed_at,
-                self.attempts,
-                self.decision_note,
-                self.decided_by,
-                self.metadata,
-            ),
-        )
+        """The row as a :class:`StepSnapshot`, each field taken from the attribute of its name.
+
+        Built straight from the attribute values (no keyword call): the engine takes
+        one per transition, on its hot path.
+        """
+        return tuple.__new__(StepSnapshot, _snapshot_values(self))
 
     @classmethod
     def restore(cls, snap: StepSnapshot, tool: Tool | None) -> StepRow:
@@ -93,7 +77,7 @@ class StepRow:
             error_type=snap.error_type,
             traceback=snap.traceback,
             completed_at=snap.completed_at,
-            attempts=snap.compensation_attempts,
+            compensation_attempts=snap.compensation_attempts,
             decision_note=snap.decision_note,
             decided_by=snap.decided_by,
             metadata=dict(snap.metadata),

@@ -119,7 +119,7 @@ class MemoryStore:
             if record is None:
                 return None
             steps = sorted(self._steps.get(saga_id, {}).values(), key=lambda s: s.position)
-            return SagaSnapshot(record, tuple(steps))
+            return SagaSnapshot(record=record, steps=tuple(steps))
 
     def list_unfinished(self) -> list[str]:
         with self._lock:

@@ -40,11 +40,11 @@ from undo_core import (
     StepState,
     Tool,
     UndoContext,
+    default_owner,
     define_tool,
+    local_owner_dead,
 )
 from undo_core import Saga as EngineSaga
-from undo_core.engine import default_owner
-from undo_core.recovery import local_owner_dead
 
 log = logging.getLogger("sagaboard.domain.runner")
 

@@ -21,8 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..engine import default_owner
 from ..errors import UndoCoreError
+from ..ledger import default_owner
 from ..outcome import status_text
 from ..records import StepSnapshot
 from ..reports import RollbackReport

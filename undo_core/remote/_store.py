@@ -317,7 +317,7 @@ class SagaboardStore:
         if held is None:
             return snapshot
         record = snapshot.record._replace(lease_owner=held.owner, lease_expires_at=held.expires_at)
-        return SagaSnapshot(record, snapshot.steps)
+        return SagaSnapshot(record=record, steps=snapshot.steps)
 
     def list_unfinished(self) -> list[str]:
         """Ids of the project's sagas IN_PROGRESS or COMPENSATING on the server, oldest first.

@@ -205,4 +205,4 @@ def saga_from_json(data: Mapping[str, Any]) -> SagaSnapshot:
         failed_step=data.get("failed_step"),
     )
     steps = sorted((step_from_json(s) for s in data.get("steps") or ()), key=lambda s: s.position)
-    return SagaSnapshot(record, tuple(steps))
+    return SagaSnapshot(record=record, steps=tuple(steps))
