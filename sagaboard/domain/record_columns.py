@@ -20,6 +20,7 @@ from undo_core import CompensationAttempt, SagaRecord, StepSnapshot
 
 SAGA_RENAMED = {"id": "saga_id"}
 STEP_RENAMED = {"id": "step_id"}
+_NOT_RENAMED: Mapping[str, str] = types.MappingProxyType({})
 STEP_OWN_ROWS = ("compensation_attempts",)
 """StepSnapshot fields kept in rows of their own (``CompensationAttempt``), not in columns."""
 
@@ -52,23 +53,19 @@ def stored(value: Any) -> Any:
     return value
 
 
-def columns(
-    record: NamedTuple, renamed: Mapping[str, str] = types.MappingProxyType({}),
-    skip: Iterable[str] = ()
-) -> dict[str, Any]:  # fmt: skip
-    """The record's fields as ``{column: value}``."""
+def columns(record: NamedTuple, skip: Iterable[str] = ()) -> dict[str, Any]:
+    """The record's fields as ``{column: value}`` (the id, renamed per table, is the caller's)."""
     left_out = set(skip)
     return {
-        renamed.get(name, name): stored(value)
+        name: stored(value)
         for name, value in zip(record._fields, record, strict=True)
         if name not in left_out
     }
 
 
 def record_from(
-    record: type[Any], row: Any, renamed: Mapping[str, str] = types.MappingProxyType({}),
-    **own_rows: Any,
-) -> Any:  # fmt: skip
+    record: type[Any], row: Any, renamed: Mapping[str, str] = _NOT_RENAMED, **own_rows: Any
+) -> Any:
     """The record ``row`` stores; fields kept in rows of their own come in ``own_rows``."""
     values = {
         name: own_rows[name] if name in own_rows else read(getattr(row, renamed.get(name, name)))
