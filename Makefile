@@ -73,17 +73,17 @@ test: lint
 
 # The edit-run loop: SQLite, without what is marked slow (browsers, servers and other
 # subprocesses, racing threads, fuzz and property runs), one worker per CPU (pytest-xdist).
-# `make test` still runs everything, in one process.
+# `make test` still runs everything (on both databases, also one worker per CPU).
 test-fast: install
 	env -u DATABASE_URL $(VPY) -m pytest -m "not slow" -n auto
 
 test-sqlite: install
 	@echo "== pytest on SQLite =="
-	env -u DATABASE_URL $(VPY) -m pytest
+	env -u DATABASE_URL $(VPY) -m pytest -n auto
 
 test-postgres: install
 	@echo "== pytest on PostgreSQL ($(SAGABOARD_TEST_DATABASE_URL)) =="
-	DATABASE_URL='$(SAGABOARD_TEST_DATABASE_URL)' $(VPY) -m pytest
+	DATABASE_URL='$(SAGABOARD_TEST_DATABASE_URL)' $(VPY) -m pytest -n auto
 
 # The published figures: every module against a live local system, several runs each.
 bench: install
