@@ -1,6 +1,6 @@
 """sagaboard's settings for the approval benchmark: its probes, and a broker of the run's own.
 
-* ``CELERY_IMPORTS``: the worker loads ``benchmarks.approval_probes`` (the no-op
+* ``CELERY_IMPORTS``: the worker also loads ``benchmarks.approval_probes`` (the no-op
   floor task, the stamping undo handler, the task signals) when it starts.
 * ``SAGABOARD_BENCH_QUEUE_DIR``: the filesystem broker's folders for this run only
   (the default ``var/celery-queue`` is shared by every run of this checkout).
@@ -11,9 +11,13 @@
 import os
 
 from sagaboard.config.settings import *  # noqa: F403
-from sagaboard.config.settings import CELERY_BROKER_TRANSPORT_OPTIONS, CELERY_BROKER_URL
+from sagaboard.config.settings import (
+    CELERY_BROKER_TRANSPORT_OPTIONS,
+    CELERY_BROKER_URL,
+    CELERY_IMPORTS,
+)
 
-CELERY_IMPORTS = ["benchmarks.approval_probes"]
+CELERY_IMPORTS = [*CELERY_IMPORTS, "benchmarks.approval_probes"]
 
 if CELERY_BROKER_URL == "filesystem://" and os.environ.get("SAGABOARD_BENCH_QUEUE_DIR"):
     _dir = os.environ["SAGABOARD_BENCH_QUEUE_DIR"]

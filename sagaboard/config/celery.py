@@ -3,7 +3,7 @@
 Start a worker with ``celery -A sagaboard worker -B`` (``-B``: the sweep's beat, in
 one process for the embedded default; run ``celery -A sagaboard beat`` once in
 production instead). The tasks and the worker's heartbeat live in ``sagaboard.worker``;
-the task names are ``sagaboard.domain.jobs``'s.
+the task names are ``sagaboard.domain.jobs``'s, and ``CELERY_IMPORTS`` (settings) loads both.
 """
 
 import os
@@ -17,9 +17,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sagaboard.config.settings")
 
 app = Celery("sagaboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-# Imported by every worker once Django is set up (web processes import the tasks in
-# ``SagaboardConfig.ready``, so ``jobs`` finds them there too).
-app.conf.imports = ("sagaboard.worker.tasks", "sagaboard.worker.heartbeat")
 app.conf.beat_schedule = {
     "sweep": {"task": jobs.SWEEP, "schedule": 10.0},
     # Data retention (SAGABOARD_RETENTION_DAYS): daily, at a quiet hour (UTC).

@@ -332,6 +332,10 @@ else:
         # Queues and bindings in Redis carry the installation's prefix too.
         "global_keyprefix": f"{SAGABOARD_REDIS_PREFIX}:",
     }
+# What every worker imports once Django is set up: the tasks (their names are
+# sagaboard.domain.jobs's) and the heartbeat. Web processes import the tasks too
+# (SagaboardConfig.ready), so jobs find them by name there.
+CELERY_IMPORTS = ["sagaboard.worker.tasks", "sagaboard.worker.heartbeat"]
 CELERY_TASK_ACKS_LATE = True
 # Beat keeps its schedule in memory: every entry is periodic (a sweep every 10 s, retention
 # daily), so nothing is lost on restart, and no schedule file can fail it (Python 3.13's
