@@ -79,11 +79,15 @@ test-fast: install
 
 test-sqlite: install
 	@echo "== pytest on SQLite =="
-	env -u DATABASE_URL $(VPY) -m pytest -n auto
+	env -u DATABASE_URL $(VPY) -m pytest -n auto --dist worksteal
+
+# The second run takes what touches a database (Django, live servers): the engine's, the
+# SDK's and the adapters' tests never do, and ran once already.
+DATABASE_TESTS := tests/sagaboard tests/security tests/e2e tests/topology tests/demos tests/mcp
 
 test-postgres: install
 	@echo "== pytest on PostgreSQL ($(SAGABOARD_TEST_DATABASE_URL)) =="
-	DATABASE_URL='$(SAGABOARD_TEST_DATABASE_URL)' $(VPY) -m pytest -n auto
+	DATABASE_URL='$(SAGABOARD_TEST_DATABASE_URL)' $(VPY) -m pytest -n auto --dist worksteal $(DATABASE_TESTS)
 
 # The published figures: every module against a live local system, several runs each.
 bench: install
