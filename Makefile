@@ -95,7 +95,7 @@ bench: install
 
 # CI's regression check: small sizes, ratios compared with benchmarks/baseline.json.
 bench-check: install
-	$(VPY) -m benchmarks --quick --runs 3 --check benchmarks/baseline.json --out var/bench-quick.md
+	$(VPY) -m benchmarks --quick --runs 2 --check benchmarks/baseline.json --out var/bench-quick.md
 
 # The API fuzzer at length (`make test` runs it with 6 examples per operation): new examples
 # round after round for FUZZ_SECONDS on each database.
