@@ -51,7 +51,7 @@ from .states import (
 )
 from .storage import SagaChange
 
-__all__ = ["StepView", "check_change", "is_unsettled", "replay"]
+__all__ = ["IDENTITY", "MOVABLE", "StepView", "check_change", "is_unsettled", "replay"]
 
 
 class StepView(Protocol):
@@ -98,7 +98,7 @@ IDENTITY = (
 )
 _IDENTITY_OF = operator.attrgetter(*IDENTITY)
 #: What only a step's move may change (an attempt event changes none of it).
-_MOVABLE = (
+MOVABLE = (
     "state",
     "output",
     "error",
@@ -431,7 +431,7 @@ def _attempt_event(
             f"{saga.status} saga: an undo attempt is recorded only while its undo runs",
         )  # fmt: skip
     _check_identity(step, snap)
-    for name in _MOVABLE:
+    for name in MOVABLE:
         if not _same(getattr(snap, name), getattr(step, name)):
             raise _refuse(
                 "fixed_field", f"step.{name}", f"an attempt event only adds undo attempts; it "

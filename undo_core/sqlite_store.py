@@ -22,16 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import LeaseError, StoreError
-from .records import (
-    AttemptOutcome,
-    CompensationAttempt,
-    EventKind,
-    SagaRecord,
-    SagaSnapshot,
-    StepSnapshot,
-)
+from .record_json import record_from_json, record_json, time_text
+from .records import EventKind, SagaRecord, SagaSnapshot, StepSnapshot
+from .rules import MOVABLE
 from .serialize import INT64_MAX, INT64_MIN, check_counters, json_text, unstorable
-from .states import SagaStatus, StepState
+from .states import StepState
 from .storage import UNFINISHED_STATUSES, SagaChange
 
 __all__ = ["SQLiteStore"]
@@ -87,16 +82,6 @@ INSERT INTO undo_journal (saga_id, seq, kind, step_id, tool_name, from_state, to
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 
-_TIMES = frozenset({"created_at", "updated_at", "completed_at"})
-
-
-def _ts(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
-def _dt(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value is not None else None
-
 
 def _storable_columns(row: tuple[Any, ...]) -> None:
     """Check a row's plain columns as :func:`json_text` checks JSON (sqlite3 would fail later)."""
@@ -107,56 +92,21 @@ def _storable_columns(row: tuple[Any, ...]) -> None:
             raise OverflowError(f"{value} does not fit a SQLite INTEGER")
 
 
-def _attempt_dict(a: CompensationAttempt) -> dict[str, Any]:
-    return {
-        "number": a.number,
-        "started_at": _ts(a.started_at),
-        "finished_at": _ts(a.finished_at),
-        "outcome": a.outcome,
-        "error": a.error,
-        "actor": a.actor,
-    }
-
-
-def _attempt(a: dict[str, Any]) -> CompensationAttempt:
-    return CompensationAttempt(
-        number=a["number"],
-        started_at=_dt(a["started_at"]) or datetime.min,
-        finished_at=_dt(a["finished_at"]),
-        outcome=AttemptOutcome(a["outcome"]) if a["outcome"] else None,
-        error=a["error"],
-        actor=a["actor"],
-    )
+_STEP_MOVES = (*MOVABLE, "compensation_attempts")
+"""What a step's later journal rows carry: what may change after its creation (undo_core.rules)."""
+_FIXED = tuple(name for name in StepSnapshot._fields if name not in _STEP_MOVES)
+"""Written once, in the row that adds the step (its id is the row's ``step_id`` column)."""
 
 
 def _step_json(s: StepSnapshot, *, new: bool) -> str:
-    """The step's fields for one journal row: all of them when new, else those that change."""
-    fields: dict[str, Any] = {
-        "state": s.state.value,
-        "error": s.error,
-        "error_type": s.error_type,
-        "traceback": s.traceback,
-        "updated_at": _ts(s.updated_at),
-        "completed_at": _ts(s.completed_at),
-        "attempts": [_attempt_dict(a) for a in s.compensation_attempts],
-        "decision_note": s.decision_note,
-        "decided_by": s.decided_by,
-    }
-    if new or s.state is StepState.COMPLETED:
-        fields["output"] = s.output
-    if new:
-        fields.update(
-            position=s.position,
-            tool_name=s.tool_name,
-            input=s.input,
-            has_undo=s.has_undo,
-            requires_approval=s.requires_approval,
-            reversibility=s.reversibility,
-            idempotency_key=s.idempotency_key,
-            created_at=_ts(s.created_at),
-            metadata=dict(s.metadata),
-        )
-    return json_text(fields)
+    """The step's fields for one journal row: all of them when new, else those a move changes.
+
+    The output is fixed once the step completes, so only the row that completes it carries it.
+    """
+    skip: tuple[str, ...] = ("id",) if new else _FIXED
+    if not new and s.state is not StepState.COMPLETED:
+        skip += ("output",)
+    return json_text(record_json(s, skip=skip))
 
 
 class SQLiteStore:
@@ -236,8 +186,8 @@ class SQLiteStore:
         saga_row = None
         if step is None:
             options = json_text(dict(r.options))
-            lease = (r.lease_owner, _ts(r.lease_expires_at))
-            saga_row = (r.id, r.name, r.status.value, _ts(r.created_at), options, *lease)
+            lease = (r.lease_owner, time_text(r.lease_expires_at))
+            saga_row = (r.id, r.name, r.status.value, time_text(r.created_at), options, *lease)
             _storable_columns(saga_row)
         journal_row = (
             r.id,
@@ -247,7 +197,7 @@ class SQLiteStore:
             e.tool_name,
             e.from_state,
             e.to_state,
-            _ts(e.at),
+            time_text(e.at),
             e.actor,
             e.detail,
             saga_json,
@@ -269,7 +219,7 @@ class SQLiteStore:
                 f"saga {r.id!r} is leased by {owner!r}, or was changed since this process "
                 f"({r.lease_owner!r}) read it"
             )
-        wanted = _ts(r.lease_expires_at)
+        wanted = time_text(r.lease_expires_at)
         if step_only and (owner != r.lease_owner or expires != wanted):
             db.execute(_RENEW_LEASE, (r.lease_owner, wanted, r.id))
 
@@ -281,7 +231,7 @@ class SQLiteStore:
                 cur = self._db.execute(
                     "UPDATE undo_sagas SET lease_owner = ?, lease_expires_at = ? "
                     "WHERE id = ? AND (lease_owner IS ? OR lease_owner = ?)",
-                    (owner, _ts(expires_at), saga_id, expected_owner, owner),
+                    (owner, time_text(expires_at), saga_id, expected_owner, owner),
                 )
             except sqlite3.Error as err:
                 raise StoreError(f"SQLite lease update failed: {err}") from err
@@ -324,56 +274,30 @@ class SQLiteStore:
         last_seq, last_at, _, last_saga, _ = (
             journal[-1] if journal else (0, row[2], None, "{}", None)
         )
-        tail = json.loads(last_saga)
-        record = SagaRecord(
-            id=saga_id,
-            name=row[0],
-            status=SagaStatus(row[1]),
-            created_at=_dt(row[2]) or datetime.min,
-            updated_at=_dt(last_at) or datetime.min,
-            seq=last_seq,
-            next_step_number=tail.get("next_step_number", 1),
-            options=json.loads(row[3]),
-            state=tail.get("state"),
-            failed_step=tail.get("failed_step"),
-            lease_owner=row[4],
-            lease_expires_at=_dt(row[5]),
+        record = record_from_json(
+            SagaRecord,
+            {
+                **json.loads(last_saga),
+                "id": saga_id,
+                "name": row[0],
+                "status": row[1],
+                "created_at": row[2],
+                "updated_at": last_at,
+                "seq": last_seq,
+                "options": json.loads(row[3]),
+                "lease_owner": row[4],
+                "lease_expires_at": row[5],
+            },
         )
         snapshots = sorted(
             (
-                self._step(step_id, fields)
+                record_from_json(StepSnapshot, {**fields, "id": step_id})
                 for step_id, fields in steps.items()
                 if "position" in fields  # a step whose creation was never stored
             ),
             key=lambda s: s.position,
         )
         return SagaSnapshot(record=record, steps=tuple(snapshots))
-
-    @staticmethod
-    def _step(step_id: str, f: dict[str, Any]) -> StepSnapshot:
-        times = {name: _dt(f.get(name)) for name in _TIMES}
-        return StepSnapshot(
-            id=step_id,
-            position=f["position"],
-            tool_name=f["tool_name"],
-            state=StepState(f["state"]),
-            input=f["input"],
-            output=f.get("output"),
-            error=f["error"],
-            error_type=f["error_type"],
-            traceback=f["traceback"],
-            has_undo=f["has_undo"],
-            requires_approval=f["requires_approval"],
-            reversibility=f["reversibility"],
-            idempotency_key=f["idempotency_key"],
-            created_at=times["created_at"],
-            updated_at=times["updated_at"],
-            completed_at=times["completed_at"],
-            compensation_attempts=tuple(_attempt(a) for a in f["attempts"]),
-            decision_note=f["decision_note"],
-            decided_by=f["decided_by"],
-            metadata=f["metadata"],
-        )
 
     def list_unfinished(self) -> list[str]:
         marks = ",".join("?" for _ in UNFINISHED_STATUSES)

@@ -14,7 +14,6 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -28,8 +27,11 @@ from sagaboard.domain.event_schema import TransitionIn
 from sagaboard.domain.ingest_bulk import InSelect, Rows, round_trip, send_select, table
 from sagaboard.domain.record_columns import (
     SAGA_MIRRORED,
+    SAGA_RENAMED,
     STEP_MIRRORED,
     STEP_OWN_ROWS,
+    STEP_RENAMED,
+    raw_reader,
     record_from,
     record_of,
 )
@@ -76,6 +78,8 @@ _SAGA_COLUMNS = [
     "changed_at", "outcome", "outcome_summary", "waiting_for",
 ]  # fmt: skip
 _STEP_COLUMNS = [*_STEP_RECORD, "undo", "changed_at"]
+_stored_saga = raw_reader(Saga, SagaRecord, _SAGA_RECORD, SAGA_RENAMED)
+_stored_step = raw_reader(Step, StepSnapshot, _STEP_RECORD, STEP_RENAMED)
 _EVENT_COLUMNS = [
     "project_id", "saga_id", "seq", "client_event_id", "digest", "kind", "step_id",
     "tool_name", "from_state", "to_state", "at", "actor", "detail", "recorded_at", "change",
@@ -153,7 +157,9 @@ class _Batch:
             ).order_by("number"):
                 attempts.setdefault(a.step_id, []).append(_attempt(a))
         for key, row in self.steps.items():
-            self.snaps[key] = _stored_step(row, attempts.get(row.pk, ()))
+            self.snaps[key] = _stored_step(
+                row, compensation_attempts=tuple(attempts.get(row.pk, ()))
+            )
         self.attempts = {pk: {a.number for a in found} for pk, found in attempts.items()}
         # Each saga's steps as the rules see them (state, has_undo), loaded when first needed.
         self.facts: dict[str, dict[str, Any]] | None = None
@@ -434,59 +440,6 @@ def _check_move(batch: _Batch, change: SagaChange) -> None:
         raise IngestError(status, code, message, err.field) from err
     except TransitionError as err:
         raise IngestError(409, "illegal_transition", str(err), "event.to_state") from err
-
-
-def _dt(value: Any) -> datetime | None:
-    """A time as the driver returns it: naive UTC on SQLite, aware on PostgreSQL."""
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        value = datetime.fromisoformat(value)
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def _json(value: str | None) -> Any:
-    return None if value is None else json.loads(value)
-
-
-def _stored_saga(row: Any) -> SagaRecord:
-    return SagaRecord(
-        id=row.saga_id,
-        name=row.name,
-        status=SagaStatus(row.status),
-        created_at=_dt(row.created_at),  # type: ignore[arg-type]
-        updated_at=_dt(row.updated_at),  # type: ignore[arg-type]
-        seq=row.seq,
-        next_step_number=row.next_step_number,
-        options=_json(row.options) or {},
-        state=_json(row.state),
-        failed_step=row.failed_step,
-    )
-
-
-def _stored_step(row: Any, attempts: Sequence[AttemptRecord]) -> StepSnapshot:
-    return StepSnapshot(
-        id=row.step_id,
-        position=row.position,
-        tool_name=row.tool_name,
-        state=StepState(row.state),
-        input=_json(row.input),
-        output=_json(row.output),
-        error=row.error,
-        error_type=row.error_type,
-        traceback=row.traceback,
-        has_undo=bool(row.has_undo),
-        requires_approval=bool(row.requires_approval),
-        reversibility=row.reversibility,
-        idempotency_key=row.idempotency_key,
-        created_at=_dt(row.created_at),
-        updated_at=_dt(row.updated_at),
-        completed_at=_dt(row.completed_at),
-        compensation_attempts=tuple(attempts),
-        decision_note=row.decision_note,
-        decided_by=row.decided_by,
-        metadata=_json(row.metadata) or {},
-    )
 
 
 def _attempt(a: Any) -> AttemptRecord:

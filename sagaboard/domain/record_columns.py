@@ -10,12 +10,17 @@ the enum the record's annotation names; mappings are stored as plain dicts.
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, NamedTuple
 
+from django.db import models
+
+from sagaboard.models import JSONTextField
 from undo_core import CompensationAttempt, SagaRecord, StepSnapshot
 
 SAGA_RENAMED = {"id": "saga_id"}
@@ -86,6 +91,51 @@ def record_of(record: type[Any], source: Any, **own_rows: Any) -> Any:
         if name not in own_rows and hasattr(source, name)
     }
     return record(**values, **own_rows)
+
+
+def _raw_value(field: Any) -> Callable[[Any], Any]:
+    """How a raw driver value (a bulk select's row, no ORM conversion) becomes the column's."""
+    if isinstance(field, JSONTextField):
+        return lambda value: None if value is None else json.loads(value)
+    if isinstance(field, models.DateTimeField):
+        return _aware
+    if isinstance(field, models.BooleanField):
+        return bool
+    return lambda value: value
+
+
+def _aware(value: Any) -> datetime | None:
+    """A time as the driver returns it: naive UTC (text) on SQLite, aware on PostgreSQL."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def raw_reader(
+    model: type[models.Model],
+    record: type[Any],
+    fields: Iterable[str],
+    renamed: Mapping[str, str] = _NOT_RENAMED,
+) -> Callable[..., Any]:
+    """``read(row, **own_rows)``: the record a raw row of ``model`` stores (ingestion's hot path).
+
+    The row carries the columns of ``fields`` (and the id, renamed per table); the
+    conversions come from the model's fields (JSON text, times, booleans) and the record's
+    annotations (enums, mappings). Other fields keep their defaults or come in ``own_rows``.
+    """
+    readers = _READERS[record]
+    plan = []
+    for name in ("id", *fields):
+        column = renamed.get(name, name)
+        plan.append((name, column, _raw_value(model._meta.get_field(column)), readers[name]))
+
+    def read_row(row: Any, **own_rows: Any) -> Any:
+        values = {name: read(raw(getattr(row, column))) for name, column, raw, read in plan}
+        return record(**values, **own_rows)
+
+    return read_row
 
 
 def mirrored(row: Any, fields: Iterable[str], skip: Iterable[str] = ()) -> dict[str, Any]:

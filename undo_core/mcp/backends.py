@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from ..errors import UndoCoreError
 from ..ledger import default_owner
 from ..outcome import status_text
+from ..record_json import record_json, time_text
 from ..records import StepSnapshot
 from ..reports import RollbackReport
 from ..saga import Saga
@@ -78,10 +79,6 @@ def _required(value: Any, field: str) -> str:
     text = _text(value, field)
     assert text is not None
     return text
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
 
 
 def _short(value: Any, limit: int = 200) -> str:
@@ -153,39 +150,49 @@ def _step_line(step: StepSnapshot) -> str:
     return line
 
 
-def _step_summary(step: StepSnapshot) -> dict[str, Any]:
-    return {
-        "stepId": step.id,
-        "toolName": step.tool_name,
-        "state": str(step.state),
-        "hasUndo": step.has_undo,
-        "error": step.error,
-    }
+_SUMMARY_FIELDS = ("id", "tool_name", "state", "has_undo", "requires_approval", "error")
+_DETAIL_FIELDS = (
+    *_SUMMARY_FIELDS,
+    "input",
+    "output",
+    "created_at",
+    "updated_at",
+    "completed_at",
+    "attempts",
+    "decision_note",
+    "decided_by",
+)
+_REPLY_NAMES = {"id": "stepId", "attempts": "undoAttempts"}
 
 
-def _step_detail(step: StepSnapshot) -> dict[str, Any]:
-    return {
-        "stepId": step.id,
-        "toolName": step.tool_name,
-        "state": str(step.state),
-        "input": step.input,
-        "output": step.output,
-        "error": step.error,
-        "undoCommand": step.metadata.get(UNDO_COMMAND),
-        "createdAt": _iso(step.created_at),
-        "updatedAt": _iso(step.updated_at),
-        "completedAt": _iso(step.completed_at),
-        "undoAttempts": [
-            {
-                "number": a.number,
-                "outcome": str(a.outcome) if a.outcome else None,
-                "error": a.error,
-                "startedAt": _iso(a.started_at),
-                "finishedAt": _iso(a.finished_at),
-            }
-            for a in step.compensation_attempts
-        ],
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+def _step_fields(step: Mapping[str, Any], *, full: bool) -> dict[str, Any]:
+    """A step object of the wire format (``undo_core.record_json``) as the tools' camelCase reply.
+
+    Both modes answer with these keys, the standalone one from its own records and the
+    connected one from sagaboard's answers, so a model sees one shape.
+    """
+    out = {
+        _REPLY_NAMES.get(name) or _camel(name): step.get(name)
+        for name in (_DETAIL_FIELDS if full else _SUMMARY_FIELDS)
     }
+    if full:
+        out["undoAttempts"] = [
+            {_camel(key): value for key, value in attempt.items()}
+            for attempt in step.get("attempts") or ()
+        ]
+    return out
+
+
+def _local_step(step: StepSnapshot, *, full: bool = False) -> dict[str, Any]:
+    out = _step_fields(record_json(step), full=full)
+    if step.metadata.get(UNDO_COMMAND):
+        out["undoCommand"] = step.metadata[UNDO_COMMAND]
+    return out
 
 
 def _rollback_text(steps: tuple[StepSnapshot, ...], report: RollbackReport) -> str:
@@ -316,7 +323,7 @@ class LocalBackend:
         return Reply(
             f'Step "{step_id}" ({tool_name}) registered as PENDING, {undo}. '
             f"Mark it with saga_complete_step or saga_fail_step.",
-            {**self._summary(saga), "step": _step_detail(step)},
+            {**self._summary(saga), "step": _local_step(step, full=True)},
         )
 
     def complete_step(self, saga_id: str | None, step_id: str, output: Any) -> Reply:
@@ -328,7 +335,7 @@ class LocalBackend:
             f'Step "{step_id}" ({step.tool_name}) is COMPLETED: it will be undone on rollback.'
             if step.has_undo
             else f'Step "{step_id}" ({step.tool_name}) is COMPLETED (it has no undo).',
-            {**self._summary(saga), "step": _step_detail(step)},
+            {**self._summary(saga), "step": _local_step(step, full=True)},
         )
 
     def fail_step(self, saga_id: str | None, step_id: str, error: str) -> Reply:
@@ -340,7 +347,7 @@ class LocalBackend:
         return Reply(
             f'Step "{step_id}" ({step.tool_name}) is FAILED: {error}. The saga stays open: '
             "call saga_rollback to undo the completed steps.",
-            {**self._summary(saga), "step": _step_detail(step)},
+            {**self._summary(saga), "step": _local_step(step, full=True)},
         )
 
     def rollback(self, saga_id: str | None) -> Reply:
@@ -355,7 +362,7 @@ class LocalBackend:
                 "failed": list(report.failed),
                 "skipped": list(report.skipped),
                 "unresolved": list(report.unresolved),
-                "steps": [_step_summary(s) for s in steps],
+                "steps": [_local_step(s) for s in steps],
             },
         )
 
@@ -367,7 +374,7 @@ class LocalBackend:
         return Reply(
             f'Saga "{saga.name}" ({saga.id}) is {summary["statusText"]}, {len(steps)} step(s): '
             f"{lines}.",
-            {**summary, "steps": [_step_summary(s) for s in steps]},
+            {**summary, "steps": [_local_step(s) for s in steps]},
         )
 
     def list_steps(self, saga_id: str | None) -> Reply:
@@ -379,9 +386,10 @@ class LocalBackend:
             lines.append(f"  input: {_short(s.input)}; output: {_short(s.output)}")
             if s.metadata.get(UNDO_COMMAND):
                 lines.append(f"  undoCommand: {s.metadata[UNDO_COMMAND]}")
-            lines.append(f"  created {_iso(s.created_at)}, updated {_iso(s.updated_at)}")
+            lines.append(f"  created {time_text(s.created_at)}, updated {time_text(s.updated_at)}")
         return Reply(
-            "\n".join(lines), {**self._summary(saga), "steps": [_step_detail(s) for s in steps]}
+            "\n".join(lines),
+            {**self._summary(saga), "steps": [_local_step(s, full=True) for s in steps]},
         )
 
 
@@ -413,28 +421,9 @@ def _remote_step(
             if step.get("has_undo", True)
             else "done, no undo: its side effects remain"
         )
-    out: dict[str, Any] = {
-        "stepId": step.get("id"),
-        "toolName": step.get("tool_name"),
-        "state": state,
-        "where": where,
-        "hasUndo": step.get("has_undo"),
-        "requiresApproval": step.get("requires_approval"),
-        "error": step.get("error"),
-    }
+    out = {**_step_fields(step, full=full), "where": where}
     if undo is not None and undo.get("kind") == "command":
         out["undoCommand"] = undo.get("command")
-    if full:
-        out |= {
-            "input": step.get("input"),
-            "output": step.get("output"),
-            "createdAt": step.get("created_at"),
-            "updatedAt": step.get("updated_at"),
-            "completedAt": step.get("completed_at"),
-            "undoAttempts": step.get("attempts", []),
-            "decisionNote": step.get("decision_note"),
-            "decidedBy": step.get("decided_by"),
-        }
     return out
 
 
