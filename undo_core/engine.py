@@ -34,7 +34,7 @@ from .gates import (
 )
 from .ledger import Ledger, Listener, default_owner, take_lease
 from .outcome import RollbackAssessment, StepFacts, assess_rollback
-from .records import SagaRecord, SagaSnapshot, StepSnapshot
+from .records import SagaKind, SagaRecord, SagaSnapshot, StepSnapshot
 from .reports import RollbackReport
 from .states import SagaStatus, StepState
 from .storage import MemoryStore, SagaStore
@@ -103,7 +103,7 @@ class SagaCore:
             options={
                 "on_compensation_failure": on_compensation_failure,
                 "auto_rollback_on_failure": auto_rollback_on_failure,
-                "kind": "imperative",
+                "kind": SagaKind.IMPERATIVE,
             },
             lease_owner=owner,
             lease_expires_at=now + lease,
@@ -288,7 +288,7 @@ class SagaCore:
         definition's ``resume()``, which knows how to go on.
         """
         record = self._ledger.record
-        options = {**record.options, "kind": "declarative", "definition": definition}
+        options = {**record.options, "kind": SagaKind.DECLARATIVE, "definition": definition}
         self._ledger.mark(options=options, state=state)
 
     @classmethod

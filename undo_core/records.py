@@ -25,6 +25,7 @@ __all__ = [
     "CompensationAttempt",
     "EventKind",
     "SagaEvent",
+    "SagaKind",
     "SagaRecord",
     "SagaSnapshot",
     "StepSnapshot",
@@ -83,6 +84,15 @@ class StepSnapshot(NamedTuple):
     def tool(self) -> str:
         """Alias of ``tool_name`` (agent-undo's ``toolName``)."""
         return self.tool_name
+
+
+class SagaKind(StrEnum):
+    """How a saga runs (``SagaRecord.options["kind"]``): recovery treats the two apart."""
+
+    IMPERATIVE = "imperative"
+    """Steps run one by one by the caller; recovery rolls back a saga whose owner is gone."""
+    DECLARATIVE = "declarative"
+    """A definition runs it; its ``resume()`` goes on after a crash (undo_core.declarative)."""
 
 
 class SagaRecord(NamedTuple):

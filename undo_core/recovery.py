@@ -18,6 +18,7 @@ from .clock import Clock, SystemClock
 from .engine import SagaCore
 from .errors import LeaseError
 from .ledger import default_owner, local_owner_dead, owner_is_gone
+from .records import SagaKind
 from .reports import RollbackReport
 from .saga import AsyncSaga, Saga
 from .states import SagaStatus
@@ -70,7 +71,7 @@ def attach[S: SagaCore](
 def _candidates(store: SagaStore, now: datetime) -> Iterable[str]:
     for saga_id in store.list_unfinished():
         snapshot = store.load(saga_id)
-        if snapshot is None or snapshot.record.options.get("kind") == "declarative":
+        if snapshot is None or snapshot.record.options.get("kind") == SagaKind.DECLARATIVE:
             continue  # declarative sagas are resumed by their definition, not rolled back
         if owner_is_gone(snapshot.record, now):
             yield saga_id

@@ -56,8 +56,8 @@ class ItemOutcome:
     step_id: str = ""
     saga: Saga | None = None
     """None when the item was refused before it could be found (another project's id)."""
-    code: str = ""
-    """A refusal's code (``DecisionRefused.code``)."""
+    refusal_status: int = 409
+    """A refusal's HTTP status (the service error's own)."""
 
     @property
     def result_label(self) -> str:
@@ -102,12 +102,15 @@ class Report:
         return "success" if self.count("succeeded") == len(self.items) else "info"
 
     @property
-    def refusal_codes(self) -> set[str]:
-        return {item.code for item in self.items if item.result == "refused" and item.code}
+    def refusal_status(self) -> int:
+        """Every item refused for one reason: that reason's status, as for a single item (a
+        viewer's bulk approve is 403, another project's ids 404); for mixed reasons, 409."""
+        statuses = {item.refusal_status for item in self.items if item.result == "refused"}
+        return statuses.pop() if len(statuses) == 1 else 409
 
 
 def _refused(pk: int, refused: DecisionRefused) -> ItemOutcome:
-    return ItemOutcome(pk, "refused", refused.message, code=refused.code)
+    return ItemOutcome(pk, "refused", refused.message, refusal_status=refused.status)
 
 
 def _waits_for(saga: Saga) -> str:

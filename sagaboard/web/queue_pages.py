@@ -15,7 +15,6 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from sagaboard.domain import action_reports, approvals, operator_actions, work_queues
-from sagaboard.domain.approvals import DecisionRefused
 from sagaboard.errors import ServiceError
 from sagaboard.selectors import visible
 from sagaboard.web import presenters
@@ -53,12 +52,7 @@ def _answer(
 def _bulk_answer(request: HttpRequest, back: str, report: action_reports.Report) -> HttpResponse:
     """A bulk action's report: a summary line, then what became of each item and why
     (done, failed again, only requested, refused), never "done" for a mere request."""
-    # Nothing taken for one reason: that reason's status, as for a single item (a viewer's
-    # bulk approve is 403, another project's ids 404); refused for mixed reasons: 409.
-    codes = report.refusal_codes
-    status = 200
-    if report.count("refused") == len(report.items):
-        status = DecisionRefused.STATUS.get(codes.pop(), 400) if len(codes) == 1 else 409
+    status = report.refusal_status if report.count("refused") == len(report.items) else 200
     if not _htmx(request):
         (messages.success if report.ok else messages.error)(request, report.summary)
         for item in report.items:
