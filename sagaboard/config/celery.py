@@ -10,6 +10,7 @@ import os
 
 from celery import Celery
 from celery.schedules import crontab
+from django.conf import settings
 
 from sagaboard.domain import jobs
 
@@ -19,6 +20,8 @@ app = Celery("sagaboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.beat_schedule = {
     "sweep": {"task": jobs.SWEEP, "schedule": 10.0},
+    # Per-tool health: fold the sagas changed since the last run (SAGABOARD_ROLLUP_SECONDS).
+    "tool-rollup": {"task": jobs.TOOL_ROLLUP_FOLD, "schedule": settings.SAGABOARD_ROLLUP_SECONDS},
     # Data retention (SAGABOARD_RETENTION_DAYS): daily, at a quiet hour (UTC).
     "retention": {
         "task": jobs.RETENTION_SWEEP,
