@@ -162,9 +162,7 @@ def _changed(
 
 def _fold_chunk(project_id: int, picked: list[tuple[int, datetime]], report: FoldReport) -> None:
     changed = dict(picked)
-    marks = {
-        m.saga_id: m for m in ToolRollupMark.objects.filter(saga_id__in=list(changed))
-    }
+    marks = {m.saga_id: m for m in ToolRollupMark.objects.filter(saga_id__in=list(changed))}
     todo = [pk for pk, at in picked if pk not in marks or marks[pk].changed_at != at]
     if not todo:
         return
@@ -185,12 +183,9 @@ def _fold_chunk(project_id: int, picked: list[tuple[int, datetime]], report: Fol
 
 def _contributions(saga_pks: list[int], report: FoldReport) -> dict[int, dict[Key, list[Any]]]:
     """Each saga's contribution as its steps and attempts stand now: saga pk -> key -> row."""
-    steps = list(
-        Step.objects.filter(saga_id__in=saga_pks).values_list(
-            "pk", "saga_id", "tool_name", "state", "created_at", "updated_at", "completed_at",
-            "changed_at",
-        )  # fmt: skip
-    )
+    columns = ("pk", "saga_id", "tool_name", "state", "created_at", "updated_at",
+               "completed_at", "changed_at")  # fmt: skip
+    steps = list(Step.objects.filter(saga_id__in=saga_pks).values_list(*columns))
     report.steps += len(steps)
     by_step = {row[0]: row for row in steps}
     found: dict[int, dict[Key, list[Any]]] = defaultdict(dict)

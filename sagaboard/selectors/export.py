@@ -67,7 +67,7 @@ def parse_filter(params: QueryDict) -> SagaFilter:
     statuses = tuple(s for s in params.getlist("status") if s)
     for status in statuses:
         if status not in SagaStatus.__members__:
-            raise BadFilter(f"status: {status!r} is not one of {', '.join(SagaStatus.__members__)}")
+            raise BadFilter(f"status: {status} is not one of {', '.join(SagaStatus.__members__)}")
     outcome = params.get("outcome", "")
     if outcome and outcome not in RollbackOutcome.__members__:
         raise BadFilter(f"outcome: must be one of {', '.join(RollbackOutcome.__members__)}")
@@ -179,9 +179,7 @@ def _chunk_rows(sagas: list[Saga], slugs: dict[int, str], steps: bool) -> Iterat
         for row in rows.values(*STEP_FIELDS):
             by_saga.setdefault(row.pop("saga_id"), []).append(row)
         counts = {pk: len(found) for pk, found in by_saga.items()}
-        tools = {
-            pk: {s["step_id"]: s["tool_name"] for s in found} for pk, found in by_saga.items()
-        }
+        tools = {pk: {s["step_id"]: s["tool_name"] for s in found} for pk, found in by_saga.items()}
         failed = {s.pk: tools.get(s.pk, {}).get(s.failed_step or "") for s in sagas}
     else:
         counts = dict(

@@ -146,7 +146,7 @@ def tool_health(
     """One tool over the window: its totals, and one ``Health`` per chart bar (oldest first)."""
     chosen = WINDOWS[window]
     now = now or timezone.now()
-    start, end = _bounds(chosen, now)
+    start, _ = _bounds(chosen, now)
     bars = [
         Health(tool_name=tool, start=start + i * chosen.bar)
         for i in range(int(chosen.span / chosen.bar))

@@ -113,9 +113,7 @@ def duration_text(ms: float | None) -> str:
 def duration_chart(bars: Sequence[Health], *, undo: bool, daily: bool = False) -> DurationChart:
     """p50 and p95 per bar, on a log scale from 1 ms up to the next power of ten."""
     step = SPAN / max(len(bars), 1)
-    values = [
-        ((b.undo_p50, b.undo_p95) if undo else (b.forward_p50, b.forward_p95)) for b in bars
-    ]
+    values = [((b.undo_p50, b.undo_p95) if undo else (b.forward_p50, b.forward_p95)) for b in bars]
     seen = [v for pair in values for v in pair if v is not None]
     top = 10 ** max(1, math.ceil(math.log10(max(max(seen, default=1.0), 1.0))))
 

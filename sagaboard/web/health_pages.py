@@ -104,7 +104,8 @@ def tool_detail(request: HttpRequest, tool_name: str) -> HttpResponse:
         )
         for title, undo in (("Forward calls", False), ("Undos", True))
     ]
-    context = {**_common(request, query), "tool": _row(total), "tool_name": tool_name, "charts": charts}
+    context = {**_common(request, query), "tool": _row(total), "tool_name": tool_name}
+    context["charts"] = charts
     return render(request, "sagaboard/tool_detail.html", context)
 
 

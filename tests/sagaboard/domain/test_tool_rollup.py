@@ -43,8 +43,15 @@ def hist(tool: str, field: str = "forward_hist", granularity: int = FIVE_MINUTES
 
 
 def test_a_fold_counts_runs_failures_undos_and_durations(shop: Project) -> None:
-    make_saga(shop, "a", [StepSpec("charge", ms=120, undo_ms=[(40, "failed"), (50, "succeeded")]),
-                          StepSpec("charge", ms=300), StepSpec("label", "FAILED", ms=900)])
+    make_saga(
+        shop,
+        "a",
+        [
+            StepSpec("charge", ms=120, undo_ms=[(40, "failed"), (50, "succeeded")]),
+            StepSpec("charge", ms=300),
+            StepSpec("label", "FAILED", ms=900),
+        ],
+    )
     make_saga(shop, "b", [StepSpec("charge", "PENDING", ms=None)])  # still running: not a run
     report = tool_rollup.rollup_fold()
     assert report.sagas_folded == 2 and report.steps == 4 and report.attempts == 2
@@ -84,8 +91,9 @@ def test_new_and_changed_steps_are_folded_as_they_now_are(shop: Project) -> None
     assert hist("charge") == {str(duration_bin(70)): 1}
     step.state = "ROLLED_BACK"
     step.save()
-    CompensationAttempt.objects.create(step=step, number=1, started_at=step.completed_at,
-        finished_at=step.completed_at + timedelta(milliseconds=30), outcome="succeeded")  # fmt: skip
+    began = step.completed_at
+    CompensationAttempt.objects.create(step=step, number=1, started_at=began,
+        finished_at=began + timedelta(milliseconds=30), outcome="succeeded")  # fmt: skip
     Saga.objects.filter(pk=saga.pk).update(changed_at=timezone.now())
     tool_rollup.rollup_fold()
     assert totals("charge") == (1, 0, 1, 0)  # the forward run still once
