@@ -7,6 +7,7 @@ the task names are ``sagaboard.domain.jobs``'s, and ``CELERY_IMPORTS`` (settings
 """
 
 import os
+from typing import Any
 
 from celery import Celery
 from celery.schedules import crontab
@@ -20,11 +21,20 @@ app = Celery("sagaboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.beat_schedule = {
     "sweep": {"task": jobs.SWEEP, "schedule": 10.0},
-    # Per-tool health: fold the sagas changed since the last run (SAGABOARD_ROLLUP_SECONDS).
-    "tool-rollup": {"task": jobs.TOOL_ROLLUP_FOLD, "schedule": settings.SAGABOARD_ROLLUP_SECONDS},
     # Data retention (SAGABOARD_RETENTION_DAYS): daily, at a quiet hour (UTC).
     "retention": {
         "task": jobs.RETENTION_SWEEP,
         "schedule": crontab(hour=3, minute=30),
     },
 }
+
+
+@app.on_after_configure.connect
+def _rollup_schedule(sender: Celery, **kwargs: Any) -> None:
+    """Per-tool health: fold the sagas changed since the last run every
+    SAGABOARD_ROLLUP_SECONDS. Added once the settings are loaded (they import this
+    package, so this module cannot read them while it is imported)."""
+    sender.conf.beat_schedule["tool-rollup"] = {
+        "task": jobs.TOOL_ROLLUP_FOLD,
+        "schedule": settings.SAGABOARD_ROLLUP_SECONDS,
+    }

@@ -179,3 +179,13 @@ def test_the_beat_task_runs_the_fold(shop: Project) -> None:
 
     make_saga(shop, "a", [StepSpec("charge")])
     assert tool_rollup_fold()["sagas_folded"] == 1
+
+
+def test_beat_runs_the_fold_every_rollup_seconds() -> None:
+    from django.conf import settings
+
+    from sagaboard.config.celery import app
+
+    entry = app.conf.beat_schedule["tool-rollup"]
+    assert entry == {"task": "sagaboard.tasks.tool_rollup_fold",
+                     "schedule": settings.SAGABOARD_ROLLUP_SECONDS}  # fmt: skip
