@@ -38,8 +38,12 @@ PAGE_AIM = report.Aim("tools page < 50 ms at 1M steps", "value", "<=", 50.0)
 
 def main(argv: list[str] | None = None) -> None:
     parser = report.cli((__doc__ or "").splitlines()[0])
-    parser.add_argument("--db", choices=["sqlite", "postgres"], action="append",
-                        help="database (repeatable); default both, SQLite only with --quick")  # fmt: skip
+    parser.add_argument(
+        "--db",
+        choices=["sqlite", "postgres"],
+        action="append",
+        help="database (repeatable); default both, SQLite only with --quick",
+    )
     parser.add_argument("--steps", type=int, default=0, help="stored steps (default 1M)")
     parser.add_argument("--requests", type=int, default=0, help="requests per sample")
     args = parser.parse_args(argv)
@@ -202,4 +206,3 @@ def _export_peak(client: Any, sagas: int) -> float:
 
 if __name__ == "__main__":
     main()
-
