@@ -7,9 +7,11 @@ the task names are ``sagaboard.domain.jobs``'s, and ``CELERY_IMPORTS`` (settings
 """
 
 import os
+from typing import Any
 
 from celery import Celery
 from celery.schedules import crontab
+from django.conf import settings
 
 from sagaboard.domain import jobs
 
@@ -25,3 +27,14 @@ app.conf.beat_schedule = {
         "schedule": crontab(hour=3, minute=30),
     },
 }
+
+
+@app.on_after_configure.connect
+def _rollup_schedule(sender: Celery, **kwargs: Any) -> None:
+    """Per-tool health: fold the sagas changed since the last run every
+    SAGABOARD_ROLLUP_SECONDS. Added once the settings are loaded (they import this
+    package, so this module cannot read them while it is imported)."""
+    sender.conf.beat_schedule["tool-rollup"] = {
+        "task": jobs.TOOL_ROLLUP_FOLD,
+        "schedule": settings.SAGABOARD_ROLLUP_SECONDS,
+    }

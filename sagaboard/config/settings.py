@@ -394,6 +394,13 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = "sagaboard.infra.logs.SecretsReporterFilter"
 # are never deleted. `manage.py sagaboard_retention` runs it by hand (and can archive).
 SAGABOARD_RETENTION_DAYS = env_int("SAGABOARD_RETENTION_DAYS", 90, minimum=0)
 
+# Per-tool health (sagaboard/domain/tool_rollup.py): the beat task folds the sagas changed
+# since its last run into the rollups every this many seconds (`manage.py sagaboard_rollup`
+# does it by hand). The health pages are at most this old.
+SAGABOARD_ROLLUP_SECONDS = env_float(
+    "SAGABOARD_ROLLUP_SECONDS", 30.0, minimum=1.0, what="a number of seconds"
+)
+
 # Agents' clocks (sagaboard/infra/clock.py): lists, filters, charts, retention and sweeps use the
 # server's own times; an agent's reported time further than this from the server's is
 # shown with a warning.

@@ -5,7 +5,15 @@ from django.urls import path
 from django.views.generic import RedirectView
 
 from sagaboard.api.v1 import api
-from sagaboard.web import pages, policy_pages, probes, queue_pages, token_pages
+from sagaboard.web import (
+    export_pages,
+    health_pages,
+    pages,
+    policy_pages,
+    probes,
+    queue_pages,
+    token_pages,
+)
 
 handler404 = "sagaboard.web.not_found.page_not_found"
 
@@ -24,6 +32,10 @@ urlpatterns = [
     path("policies/", policy_pages.policy_list, name="policy_list"),
     path("policies/<int:pk>/", policy_pages.policy_edit, name="policy_edit"),
     path("audit/", policy_pages.audit, name="audit"),
+    path("tools/", health_pages.tool_list, name="tool_list"),
+    path("tools/<path:tool_name>/", health_pages.tool_detail, name="tool_detail"),
+    path("sagas/export.csv", export_pages.export_csv, name="saga_export_csv"),
+    path("sagas/export.jsonl", export_pages.export_jsonl, name="saga_export_jsonl"),
     path("tokens/<str:prefix>/revoke/", token_pages.token_revoke, name="token_revoke"),
     # <path:>: an agent's saga id may hold "/" (ids are the agent's choice); <str:> made every
     # page linking to such a saga fail to render (NoReverseMatch), for every user.

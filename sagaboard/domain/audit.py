@@ -8,11 +8,12 @@ sequence number (``seq`` is NULL), so it never disturbs the engine's order.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from django.utils import timezone
 
-from sagaboard.models import AuditEntry, Event, Saga, Step
+from sagaboard.models import AuditEntry, Event, Project, Saga, Step
 
 
 def actor_of(user: Any) -> str:
@@ -61,3 +62,27 @@ def record(
         data=data or {},
         at=now,
     )
+
+
+def export_recorded(
+    *, user: Any, projects: Sequence[Project], what: str, data: dict[str, Any]
+) -> list[AuditEntry]:
+    """Who exported which sagas (the filter, the format), when: one entry per project
+    exported, so each project's admins see it on their audit page."""
+    who = actor_of(user)
+    now = timezone.now()
+    described = ", ".join(f"{k}={v}" for k, v in sorted(data.get("filter", {}).items()))
+    entries = [
+        AuditEntry(
+            project_id=project.pk,
+            user=user if user is not None and user.pk else None,
+            actor=who,
+            action="sagas.export",
+            target=f"sagas:{what}",
+            reason=f"exported sagas as {what}" + (f" ({described})" if described else ""),
+            data=data,
+            at=now,
+        )
+        for project in projects
+    ]
+    return AuditEntry.objects.bulk_create(entries)

@@ -23,6 +23,7 @@ STEP_ACTION_RUN = "sagaboard.tasks.step_action_run"
 NOTIFICATION_SEND = "sagaboard.tasks.notification_send"
 SWEEP = "sagaboard.tasks.sweep"
 RETENTION_SWEEP = "sagaboard.tasks.retention_sweep"
+TOOL_ROLLUP_FOLD = "sagaboard.tasks.tool_rollup_fold"
 
 
 def rollback_continue(saga_pk: int) -> None:

@@ -19,6 +19,7 @@ from sagaboard.models.fields import (
 from sagaboard.models.projects import ApiRequest, ApiToken, Project
 from sagaboard.models.records import AuditEntry, Heartbeat, Notification
 from sagaboard.models.sagas import OPERATOR_STATES, CompensationAttempt, Event, Saga, Step
+from sagaboard.models.tool_health import ToolRollup, ToolRollupCursor, ToolRollupMark
 
 __all__ = [
     "OPERATOR_STATES",
@@ -39,6 +40,9 @@ __all__ = [
     "Saga",
     "SagaDriver",
     "Step",
+    "ToolRollup",
+    "ToolRollupCursor",
+    "ToolRollupMark",
     "VoteDecision",
     "one_of",
 ]

@@ -25,6 +25,9 @@ from sagaboard.models import (
     Project,
     Saga,
     Step,
+    ToolRollup,
+    ToolRollupCursor,
+    ToolRollupMark,
 )
 
 
@@ -129,3 +132,8 @@ class NotificationAdmin(ReadOnlyAdmin):
 @admin.register(Heartbeat)
 class HeartbeatAdmin(ReadOnlyAdmin):
     list_display = ["name", "at"]
+
+
+@admin.register(ToolRollup, ToolRollupMark, ToolRollupCursor)
+class ToolRollupAdmin(ReadOnlyAdmin):
+    """Per-tool health rollups: derived from the steps by the fold, never edited by hand."""

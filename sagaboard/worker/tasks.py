@@ -17,7 +17,7 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from sagaboard.domain import approvals, jobs, notifications, retention, runner
+from sagaboard.domain import approvals, jobs, notifications, retention, runner, tool_rollup
 
 
 @shared_task(name=jobs.ROLLBACK_CONTINUE, bind=True, acks_late=True, max_retries=None)
@@ -69,3 +69,9 @@ def retention_sweep(max_batches: int = 100) -> dict[str, Any]:
     if report.more:
         retention_sweep.apply_async(kwargs={"max_batches": max_batches}, countdown=1)
     return report.counts()
+
+
+@shared_task(name=jobs.TOOL_ROLLUP_FOLD)
+def tool_rollup_fold() -> dict[str, Any]:
+    """Every SAGABOARD_ROLLUP_SECONDS: fold changed sagas into the per-tool health rollups."""
+    return tool_rollup.rollup_fold().counts()
