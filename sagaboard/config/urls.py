@@ -5,7 +5,7 @@ from django.urls import path
 from django.views.generic import RedirectView
 
 from sagaboard.api.v1 import api
-from sagaboard.web import pages, policy_pages, probes, queue_pages, token_pages
+from sagaboard.web import pages, permalink_pages, policy_pages, probes, queue_pages, token_pages
 
 handler404 = "sagaboard.web.not_found.page_not_found"
 
@@ -16,6 +16,7 @@ urlpatterns = [
     path("metrics", probes.metrics, name="metrics"),
     path("tokens/", token_pages.token_list, name="token_list"),
     path("approvals/", queue_pages.approval_queue, name="approval_queue"),
+    path("approvals/<int:pk>/", permalink_pages.approval_permalink, name="approval_permalink"),
     path("approvals/<int:pk>/decide/", queue_pages.approval_decide, name="approval_decide"),
     path("approvals/bulk/", queue_pages.approvals_bulk, name="approvals_bulk"),
     path("attention/", queue_pages.attention, name="attention"),
