@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import datetime, timedelta
 from itertools import pairwise
 
@@ -43,6 +44,8 @@ AXIS_HEIGHT = 22.0
 MIN_BAR = 3.0
 LABEL_CHARS = 28
 MAX_TICKS = 8
+TICK_LABEL_ROOM = 70.0
+"""A tick this close to the right edge has its label before it, so the label is not cut off."""
 HEADROOM = 0.1
 """How far past now a live saga's scale reaches (a share of its span, at least
 ``MIN_HEADROOM``): room for the now-line to move before the next update re-renders it."""
@@ -212,11 +215,11 @@ class Scale:
     x0: float = LABEL_WIDTH
     width: float = CHART_WIDTH
 
-    @property
+    @cached_property
     def ms(self) -> float:
         return max((self.end - self.start).total_seconds() * 1000, 1.0)
 
-    @property
+    @cached_property
     def px_per_ms(self) -> float:
         return self.width / self.ms
 
@@ -257,6 +260,8 @@ def bar_box(span: Span, scale: Scale, now: datetime) -> tuple[float, float]:
 class Tick:
     x: float
     label: str
+    anchor: str = "start"
+    """Where its label sits: after the line, or before it near the chart's right edge."""
 
 
 def ticks(scale: Scale, max_ticks: int = MAX_TICKS) -> list[Tick]:
@@ -269,7 +274,8 @@ def ticks(scale: Scale, max_ticks: int = MAX_TICKS) -> list[Tick]:
     n = 0
     while n * step <= scale.ms:
         label = "0" if n == 0 else "+" + duration_text(n * step / 1000)
-        out.append(Tick(round(scale.x0 + n * step * scale.px_per_ms, 2), label))
+        x = round(scale.x0 + n * step * scale.px_per_ms, 2)
+        out.append(Tick(x, label, "end" if x > scale.right - TICK_LABEL_ROOM else "start"))
         n += 1
     return out
 
