@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from datetime import datetime, timedelta
+from functools import cached_property
 from itertools import pairwise
 
 from sagaboard.infra import permalinks, text_policy
