@@ -374,7 +374,7 @@ def _row(s: StepTimes, index: int, scale: Scale, now: datetime) -> Row:
         css = f"bar undo state-{_undo_css(a.outcome)}"
         open_ = a.span.end is None
         bars.append(Bar(x, y + UNDO_Y, w, LANE_HEIGHT, css, _undo_label(s, a, now), open_))
-    label = short(f"{_shown(s.step_id)} · {_shown(s.tool_name)}")
+    label = short(f"{_shown(s.step_id)} {_shown(s.tool_name)}")  # not "id · tool": the cards' text
     return Row(y, y + 16, label, "#" + permalinks.step_anchor(s.step_id), bars)
 
 

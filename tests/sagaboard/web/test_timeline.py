@@ -162,7 +162,7 @@ def test_a_step_card_says_how_long_it_ran_and_undid() -> None:
 def test_row_labels_show_invisible_characters_and_are_cut_short() -> None:
     odd = StepTimes("pa\u200by", "t" * 40, "COMPLETED", Span(at(0), at(1)))
     row = tl.build([odd], status="COMPLETED", now=at(1)).rows[0]
-    assert "\u200b" not in row.label and row.label.startswith("pa⟨U+200B⟩y · ")
+    assert "\u200b" not in row.label and row.label.startswith("pa⟨U+200B⟩y ttt")
     assert len(row.label) == tl.LABEL_CHARS and row.label.endswith("…")
     assert "⟨U+200B⟩" in row.bars[0].label
 
