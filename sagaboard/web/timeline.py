@@ -275,7 +275,10 @@ def ticks(scale: Scale, max_ticks: int = MAX_TICKS) -> list[Tick]:
     while n * step <= scale.ms:
         label = "0" if n == 0 else "+" + duration_text(n * step / 1000)
         x = round(scale.x0 + n * step * scale.px_per_ms, 2)
-        out.append(Tick(x, label, "end" if x > scale.right - TICK_LABEL_ROOM else "start"))
+        anchor = "end" if x > scale.right - TICK_LABEL_ROOM else "start"
+        if anchor == "end" and step * scale.px_per_ms < 2 * TICK_LABEL_ROOM:
+            label = ""  # its label would run into the one before: the line alone
+        out.append(Tick(x, label, anchor))
         n += 1
     return out
 

@@ -75,6 +75,8 @@ def test_ticks_fall_on_round_spacings_labelled_from_the_start() -> None:
     assert [t.label for t in ticks] == ["0", "+2.0 s", "+4.0 s", "+6.0 s", "+8.0 s", "+10 s"]
     assert ticks[0].x == tl.LABEL_WIDTH and ticks[-1].x == pytest.approx(scale.right)
     assert ticks[0].anchor == "start" and ticks[-1].anchor == "end"  # its label stays inside
+    crowded = tl.ticks(tl.scale_for([at(0), at(12)], now=at(12), live=False), max_ticks=12)
+    assert crowded[-1].anchor == "end" and crowded[-1].label == ""  # no label over another
     hours = tl.ticks(tl.scale_for([at(0), at(7 * 3600)], now=at(0), live=False))
     assert [t.label for t in hours][:3] == ["0", "+1 h", "+2 h"]
     assert len(tl.ticks(tl.scale_for([at(0), at(3e9)], now=at(0), live=False))) <= tl.MAX_TICKS + 1
