@@ -19,14 +19,20 @@ from django.utils import timezone
 
 from sagaboard.domain import jobs
 from sagaboard.domain.undo_kinds import sign
+from sagaboard.infra import permalinks
 from sagaboard.models import Approval, Notification, Project, Saga, Step
 from undo_core import RollbackAssessment, status_text
 
 MAX_ATTEMPTS = 12
 
 
-def _link(saga: Saga) -> str:
-    path = reverse("saga_detail", args=[saga.project.slug, saga.saga_id])
+def _link(saga: Saga, step: Step | None = None) -> str:
+    """The saga page's address; with ``step``, its permalink (the page at that step's card)."""
+    if step is None:
+        return (
+            f"{settings.SAGABOARD_BASE_URL}{permalinks.saga_path(saga.project.slug, saga.saga_id)}"
+        )
+    path = permalinks.step_path(saga.project.slug, saga.saga_id, step.step_id)
     return f"{settings.SAGABOARD_BASE_URL}{path}"
 
 
@@ -45,7 +51,7 @@ def notify_approval(approval: Approval, kind: str) -> None:
     saga = Saga.objects.select_related("project").get(pk=approval.saga_id)
     step = Step.objects.get(pk=approval.step_id)
     verb = {"approval.created": "needs approval", "approval.expired": "approval expired"}[kind]
-    link = _link(saga)
+    link = _link(saga, step)
     text = (
         f"Undo of {step.tool_name} ({step.step_id}) in saga {saga.name} {verb}: "
         f"{approval.why}. <{settings.SAGABOARD_BASE_URL}{reverse('approval_queue')}|Open the queue>"
@@ -54,14 +60,20 @@ def notify_approval(approval: Approval, kind: str) -> None:
         saga.project,
         kind,
         text,
-        {"approval": approval.pk, "saga_id": saga.saga_id, "step_id": step.step_id, "url": link},
+        {
+            "approval": approval.pk,
+            "saga_id": saga.saga_id,
+            "step_id": step.step_id,
+            "url": link,
+            "approval_url": f"{settings.SAGABOARD_BASE_URL}{permalinks.approval_path(approval.pk)}",
+        },
     )
 
 
 def notify_rollback_failed(saga: Saga, step: Step, **_signal: object) -> None:
     if not settings.SAGABOARD_NOTIFY_URL:
         return
-    link = _link(saga)
+    link = _link(saga, step)
     text = (
         f"Undo of {step.tool_name} ({step.step_id}) in saga {saga.name} failed: "
         f"{(step.error or '')[:300]}. <{link}|Open the saga>"

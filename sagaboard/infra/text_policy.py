@@ -218,3 +218,17 @@ def visible(value: Any) -> SafeString:
         else:
             out.append(escape(char))
     return mark_safe("".join(out))
+
+
+def visible_text(value: Any) -> str:
+    """``visible`` as plain text (not yet escaped): for attributes (``aria-label``) and SVG
+    ``<text>``, where markup cannot go; the template escapes it like any other text."""
+    text = "" if value is None else str(value)
+    if _plain_ascii(text) or not text:
+        return text
+    return "".join(
+        f"⟨U+{ord(char):04X}⟩"
+        if (char == " " and (n == 0 or n == len(text) - 1 or text[n - 1] == " ")) or _marked(char)
+        else char
+        for n, char in enumerate(text)
+    )

@@ -14,7 +14,7 @@ from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet
 
 from sagaboard.infra.limits import BIGINT
-from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
+from sagaboard.models import Approval, CompensationAttempt, Event, Project, Saga, Step
 
 
 class BadCursor(ValueError):
@@ -223,3 +223,14 @@ def saga_matches(
 def last_event_id() -> int:
     """The newest event log id: pages render with it so their live feed resumes from it."""
     return int(Event.objects.order_by("-pk").values_list("pk", flat=True).first() or 0)
+
+
+def approval_get(*, projects: Sequence[Project], pk: int) -> Approval | None:
+    """One approval, pending or decided, if it belongs to one of ``projects`` (a permalink)."""
+    if not 0 < pk <= BIGINT:
+        return None
+    return (
+        Approval.objects.filter(pk=pk, saga__project__in=projects)
+        .select_related("saga__project")
+        .first()
+    )

@@ -8,13 +8,15 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import BadRequest
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from sagaboard.domain.policies import PolicyInvalid, policy_save
+from sagaboard.infra.limits import BIGINT
 from sagaboard.models import ApprovalPolicy, AuditEntry, Project
 from sagaboard.selectors import visible
 from sagaboard.web.present import json_text
@@ -94,6 +96,8 @@ def _audit_rows(request: HttpRequest, projects: list[Project]) -> QuerySet[Audit
     if request.user.is_superuser:  # failed logins belong to no project: the whole site's
         scope |= Q(project__isnull=True, action__startswith="login.")
     rows = AuditEntry.objects.filter(scope)
+    if entry := request.GET.get("entry", ""):  # an entry's permalink: that one entry
+        rows = rows.filter(pk=_entry_pk(entry))
     if who := request.GET.get("user", "").strip():
         rows = rows.filter(actor__icontains=who)
     if action := request.GET.get("action", "").strip():
@@ -103,13 +107,22 @@ def _audit_rows(request: HttpRequest, projects: list[Project]) -> QuerySet[Audit
     return rows.select_related("project").order_by("-at", "-pk")
 
 
+def _entry_pk(value: str) -> int:
+    if not value.isascii() or not value.isdigit() or not 0 < int(value) <= BIGINT:
+        raise BadRequest("entry must be an audit entry's number (a positive integer)")
+    return int(value)
+
+
 @login_required
 @require_GET
 def audit(request: HttpRequest) -> HttpResponse:
     """Who did what, when and why; filter by user, action and time; ``?format=csv`` exports."""
     if not request.user.has_perm("sagaboard.view_auditentry"):
         return _forbidden(request, "admin")
-    rows = _audit_rows(request, visible.projects_for_user(request.user))
+    try:
+        rows = _audit_rows(request, visible.projects_for_user(request.user))
+    except BadRequest as bad:  # the message names the field
+        return HttpResponseBadRequest(str(bad), content_type="text/plain; charset=utf-8")
     if request.GET.get("format") == "csv":
         response = StreamingHttpResponse(_csv(rows.iterator()), content_type="text/csv")
         response["Content-Disposition"] = 'attachment; filename="sagaboard-audit.csv"'

@@ -13,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from django.utils import timezone
+
 from sagaboard.domain import work_queues
 from sagaboard.models import Approval, Event, Saga, Step
+from sagaboard.web import timeline as saga_timeline
 from undo_core import SagaStatus
 
 PLAN_STATUSES = frozenset(
@@ -49,13 +52,16 @@ def saga_page(saga: Saga, *, events: Sequence[Event], last_log_id: int) -> dict[
     """The saga page's context, for the page and for its live fragment alike."""
     extras = work_queues.saga_page_extras(saga)
     approvals: list[Approval] = extras["approvals"]  # type: ignore[assignment]
+    steps = timeline(saga.steps.all(), approvals)
     return {
         "saga": saga,
         "events": events,
         "last_log_id": last_log_id,
         "plan": extras["plan"],
         "show_plan": shows_compensation_plan(saga.status),
-        "timeline": timeline(saga.steps.all(), approvals),
+        "timeline": steps,
+        # The time-scaled view (a row per step); it also gives each step its ``durations``.
+        "saga_timeline": saga_timeline.for_saga(saga, steps, timezone.now()),
     }
 
 

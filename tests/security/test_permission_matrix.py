@@ -242,7 +242,7 @@ def _body(response: Any) -> str:
 
 
 def _where(location: str) -> str:
-    path = location.split("?")[0]
+    path = location.split("?")[0].split("#")[0]  # the fragment never reaches a server
     if path == "/login/":
         return "login"
     return "admin login" if path == "/admin/login/" else path

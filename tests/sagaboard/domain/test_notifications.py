@@ -50,7 +50,12 @@ def test_an_approval_and_a_failed_undo_are_announced_with_links(
         "needs approval" in created["text"]
         and "https://board.example/approvals/" in created["text"]
     )
-    assert failed["sagaboard"]["url"] == "https://board.example/sagas/shop/f-1/"
+    # Each links to its step's card by the step's own id (a permalink), never a database key.
+    step = failed["sagaboard"]["step_id"]
+    assert failed["sagaboard"]["url"] == f"https://board.example/sagas/shop/f-1/#step-{step}"
+    assert created["sagaboard"]["url"].startswith("https://board.example/sagas/shop/s-1/#step-")
+    approval = created["sagaboard"]["approval"]
+    assert created["sagaboard"]["approval_url"] == f"https://board.example/approvals/{approval}/"
     assert "return_item" in failed["text"] and "upstream timed out" in failed["text"]
     expected = hmac.new(b"s3cret", receiver.raw, hashlib.sha256).hexdigest()
     assert receiver.bodies[-1][1] == f"sha256={expected}"

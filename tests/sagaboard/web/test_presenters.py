@@ -191,10 +191,11 @@ def test_the_saga_page_shows_the_operator_controls_on_the_failed_undo_only(shop:
 def test_the_saga_page_lists_each_approval_under_its_own_step(shop: Project) -> None:
     approval = waiting(shop)
     page = login("viewer", shop).get("/sagas/shop/s-1/").content.decode()
-    step_html = page[page.index(f'id="step-{approval.step_id}"') :]
+    step_html = page[page.index(f'id="step-{approval.step.step_id}"') :]
     step_html = step_html[: step_html.index("</li>")]
     assert f"Approval #{approval.pk}" in step_html
     assert f'href="/approvals/#approval-{approval.pk}">decide in the queue</a>' in step_html
+    assert f'<div class="approval-record" id="approval-{approval.pk}">' in step_html
     assert page.count("Approval #") == 1
 
 
