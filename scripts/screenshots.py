@@ -18,6 +18,7 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -54,7 +55,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(SHOTS)
     unknown = sorted(set(names) - set(SHOTS))
     if unknown:
-        parser.error(f"--only: unknown page(s) {', '.join(unknown)}; choose from {', '.join(SHOTS)}")
+        parser.error(f"--only: unknown page(s) {', '.join(unknown)}; pages: {', '.join(SHOTS)}")
     args.names = names
     args.themes = THEMES if args.theme == "both" else (args.theme,)
     return args
@@ -63,26 +64,33 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as work, demo_site("sqlite", Path(work)) as server:
-        with chromium(10_000) as browser:
-            state = log_in(browser, server.url)
-            for theme in args.themes:
-                context = browser.new_context(
-                    viewport={"width": args.width, "height": args.height},
-                    color_scheme=theme, storage_state=state, device_scale_factor=1,
-                )  # fmt: skip
-                page = context.new_page()
-                for name in args.names:
-                    page.goto(server.url + SHOTS[name])
-                    page.wait_for_load_state("load")
-                    page.evaluate("document.fonts.ready")
-                    page.wait_for_timeout(300)  # the live feed's first message, if any
-                    path = args.out / f"{name}-{theme}.png"
-                    page.screenshot(path=str(path), animations="disabled")
-                    print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
-                          f"  {path.stat().st_size // 1024} KB")  # fmt: skip
-                context.close()
+    with (
+        tempfile.TemporaryDirectory() as work,
+        demo_site("sqlite", Path(work)) as server,
+        chromium(10_000) as browser,
+    ):
+        state = log_in(browser, server.url)
+        for theme in args.themes:
+            context = browser.new_context(
+                viewport={"width": args.width, "height": args.height},
+                color_scheme=theme, storage_state=state, device_scale_factor=1,
+            )  # fmt: skip
+            page = context.new_page()
+            for name in args.names:
+                path = args.out / f"{name}-{theme}.png"
+                _shoot(page, server.url + SHOTS[name], path)
+                shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                print(f"{shown}  {path.stat().st_size // 1024} KB")
+            context.close()
     return 0
+
+
+def _shoot(page: Any, url: str, path: Path) -> None:
+    page.goto(url)
+    page.wait_for_load_state("load")
+    page.evaluate("document.fonts.ready")
+    page.wait_for_timeout(300)  # the live feed's first message, if any
+    page.screenshot(path=str(path), animations="disabled")
 
 
 if __name__ == "__main__":

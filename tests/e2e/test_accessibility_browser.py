@@ -4,7 +4,8 @@ Against a live server holding the demo (tests/support/demo_site.py: sagas in eve
 a ROLLBACK_FAILED one, an approval waiting, a policy, a token, audit entries):
 
 - axe-core (vendored from npm into static/vendor/axe.min.js, loaded by no page) finds no
-  serious or critical violation of WCAG 2.0/2.1 A and AA on any page, light and dark;
+  serious or critical violation of WCAG 2.0/2.1 A and AA (and 2.2 AA: target sizes) on any
+  page, light and dark;
 - at a 390 px phone width no page scrolls sideways (tables scroll in their own box, the
   navigation wraps) and every navigation link is on screen;
 - the theme toggle in the header sets data-theme, is remembered across a reload, and
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.slow
 PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 WAIT_MS = 10_000
 AXE = ROOT / "static" / "vendor" / "axe.min.js"
-TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
 BLOCKING = {"serious", "critical"}
 PHONE = {"width": 390, "height": 844}
 DARK_BG = "rgb(13, 17, 23)"  # --bg of the dark theme
@@ -183,13 +184,13 @@ def test_no_page_scrolls_sideways_on_a_phone(browser: Any, site: Server, session
         try:
             page = _open(context, url, errors)
             page.goto(url)
-            widths = page.evaluate(
-                "[document.scrollingElement.scrollWidth, window.innerWidth]"
-            )
-            if widths[0] > widths[1]:
+            # Against the phone's width, not innerWidth: a mobile browser widens its layout
+            # viewport to content that overflows, so innerWidth grows with the fault.
+            widths = page.evaluate("[document.scrollingElement.scrollWidth, window.innerWidth]")
+            if max(widths) > PHONE["width"]:
                 too_wide[name] = widths
             rights = page.evaluate(
-                "[...document.querySelectorAll('header.top a, header.top button, header.top select')]"
+                "[...document.querySelectorAll('header.top :is(a, button, select)')]"
                 ".filter(e => e.offsetParent).map(e => e.getBoundingClientRect().right)"
             )
             if any(right > PHONE["width"] for right in rights):
@@ -211,7 +212,7 @@ def test_a_wide_table_scrolls_in_its_own_box_on_a_phone(
         box = page.locator(".table-scroll").first
         scroll, client = box.evaluate("e => [e.scrollWidth, e.clientWidth]")
         assert scroll > client, "the audit table fits a phone: this test proves nothing"
-        assert page.evaluate("document.scrollingElement.scrollWidth <= window.innerWidth")
+        assert page.evaluate("document.scrollingElement.scrollWidth") <= PHONE["width"]
     finally:
         context.close()
 
@@ -270,4 +271,3 @@ def test_keyboard_focus_is_visible(browser: Any, site: Server, session: Any) -> 
             assert outline[0] != "none" and outline[1] >= 2, outline
     finally:
         context.close()
-

@@ -57,7 +57,8 @@ def _pairs() -> list[Pair]:
     for state in STATES:
         pairs += [Pair(f"--state-{state}", bg, TEXT, "state as text") for bg in pages]
         pairs += [Pair(f"--state-{state}", f"--state-{state}-bg", TEXT, "badge text on its tint")]
-    pairs += [Pair("--fg", bg, TEXT, "text on a diff line") for bg in ("--diff-add", "--diff-remove")]
+    diffs = ("--diff-add", "--diff-remove")
+    pairs += [Pair("--fg", bg, TEXT, "text on a diff line") for bg in diffs]
     pairs += [
         Pair("--diff-add-fg", "--diff-add", TEXT, "diff marker"),
         Pair("--diff-remove-fg", "--diff-remove", TEXT, "diff marker"),
@@ -98,12 +99,16 @@ def tokens(selector: str, *, within: str = "", css: str | None = None) -> dict[s
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     found = dict(re.findall(r"(--[\w-]+)\s*:\s*([^;]+);", _block(text, selector, within)))
     found = {k: v.strip() for k, v in found.items()}
-    for _ in range(5):
-        found = {
-            k: re.sub(r"var\((--[\w-]+)\)", lambda m: found.get(m.group(1), m.group(0)), v)
-            for k, v in found.items()
-        }
-    return found
+    declared = dict(found)
+
+    def resolve(value: str, depth: int = 0) -> str:
+        def one(m: re.Match[str]) -> str:
+            name = m.group(1)
+            return resolve(declared[name], depth + 1) if name in declared and depth < 5 else name
+
+        return re.sub(r"var\((--[\w-]+)\)", one, value)
+
+    return {k: resolve(v) for k, v in declared.items()}
 
 
 def themes(css: str | None = None) -> dict[str, dict[str, str]]:

@@ -19,7 +19,8 @@ from tests.support.live_server import Server, load_demo, manage, temp_database
 EXTRAS = (
     "from django.contrib.auth import get_user_model; from sagaboard.models import Project; "
     "from sagaboard.domain.policies import policy_save; "
-    "policy_save(project=Project.objects.get(slug='demo'), user=get_user_model().objects.get(username='demo'), "
+    "policy_save(project=Project.objects.get(slug='demo'), "
+    "user=get_user_model().objects.get(username='demo'), "
     "data={'name': 'big refunds', 'tool_glob': 'refund_*', 'condition': 'input.amount > 10000', "
     "'approvers_required': '2', 'timeout_seconds': '3600', 'enabled': '1'})"
 )
