@@ -23,7 +23,7 @@ help:
 	@echo "make bench          every benchmark, full size, writes docs/benchmarks.md (ONLY=engine,pages,...)"
 	@echo "make bench-check    the small version; fails on a large ratio regression (CI runs it)"
 	@echo "make fuzz           the API fuzzer for 10 min (FUZZ_SECONDS=600) on SQLite, then PostgreSQL"
-	@echo "make vendor         re-vendor htmx + htmx-ext-ws from npm into static/vendor/"
+	@echo "make vendor         re-vendor htmx, htmx-ext-ws and axe-core (tests only) from npm into static/vendor/"
 	@echo "make venv|install   create .venv (Python >= 3.12, see .ci/find-python) / install deps"
 
 venv: $(VPY)
@@ -107,6 +107,7 @@ fuzz: install
 	DATABASE_URL='$(SAGABOARD_TEST_DATABASE_URL)' SAGABOARD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
 		SAGABOARD_FUZZ_SECONDS=$(FUZZ_SECONDS) $(VPY) -m pytest tests/security/test_api_fuzz.py -k every
 
-# Re-vendor htmx and its ws extension from the npm registry (versions in the script).
+# Re-vendor htmx, its ws extension and axe-core (for the accessibility tests only) from the
+# npm registry (versions in the script).
 vendor:
 	scripts/vendor-static

@@ -1,0 +1,70 @@
+"""The demo on a live server, with something on every page: for the accessibility test
+(tests/e2e/test_accessibility_browser.py) and the README screenshots (scripts/screenshots.py).
+
+The demo (sagaboard.demo) brings sagas in every state: completed, running, rolled back, an
+undo rejected, one waiting in the approval queue, a ROLLBACK_FAILED one halted on a failed
+undo. Added here: an approval policy (an audit entry too) and an API token, so the policies,
+audit and tokens pages show rows and not only their empty states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.support.live_server import Server, load_demo, manage, temp_database
+
+EXTRAS = (
+    "from django.contrib.auth import get_user_model; from sagaboard.models import Project; "
+    "from sagaboard.domain.policies import policy_save; "
+    "policy_save(project=Project.objects.get(slug='demo'), "
+    "user=get_user_model().objects.get(username='demo'), "
+    "data={'name': 'big refunds', 'tool_glob': 'refund_*', 'condition': 'input.amount > 10000', "
+    "'approvers_required': '2', 'timeout_seconds': '3600', 'enabled': '1'})"
+)
+
+PAGES: dict[str, str] = {
+    "overview": "/overview/",
+    "saga-list": "/",
+    "saga-rollback-failed": "/sagas/demo/demo-refund-stuck/",
+    "saga-awaiting": "/sagas/demo/demo-refund-awaiting/",
+    "saga-failing-undo": "/sagas/demo/demo-return-failing/",
+    "saga-rejected": "/sagas/demo/demo-refund-rejected/",
+    "approval-queue": "/approvals/",
+    "needs-attention": "/attention/",
+    "policies": "/policies/",
+    "audit": "/audit/",
+    "tokens": "/tokens/",
+}
+"""Every page a signed-in user reaches from the navigation, and saga pages with steps in
+several states (ROLLBACK_FAILED, AWAITING_APPROVAL, REJECTED, ROLLED_BACK, COMPENSATING)."""
+
+PUBLIC_PAGES: dict[str, str] = {"login": "/login/", "not-found": "/no-such-page/"}
+
+
+@contextmanager
+def demo_site(kind: str, workdir: Path) -> Iterator[Server]:
+    """A server on a fresh ``kind`` ("sqlite" or "postgres") database holding the demo."""
+    with temp_database(kind, workdir) as url:
+        load_demo(url)
+        manage(url, "shell", "-v", "0", "-c", EXTRAS)
+        manage(url, "sagaboard_token", "create", "demo", "--label", "storebot in production")
+        with Server(url, debug=True) as server:
+            yield server
+
+
+def log_in(browser: Any, base: str, username: str = "demo", password: str = "demo") -> Any:
+    """The storage state (session cookie) of ``username``, logged in through the form."""
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(f"{base}/login/")
+        page.fill("input[name=username]", username)
+        page.fill("input[name=password]", password)
+        page.click("form.stack button[type=submit]")
+        page.wait_for_selector("#saga-rows")
+        return context.storage_state()
+    finally:
+        context.close()
