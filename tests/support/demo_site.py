@@ -37,6 +37,8 @@ PAGES: dict[str, str] = {
     "policies": "/policies/",
     "audit": "/audit/",
     "tokens": "/tokens/",
+    "tools": "/tools/",
+    "tool": "/tools/refund_payment/",
 }
 """Every page a signed-in user reaches from the navigation, and saga pages with steps in
 several states (ROLLBACK_FAILED, AWAITING_APPROVAL, REJECTED, ROLLED_BACK, COMPENSATING)."""

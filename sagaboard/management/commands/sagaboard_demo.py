@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from sagaboard.demo.flows import DEMO_COMPENSATIONS, demo_load, demo_user
+from sagaboard.domain.tool_rollup import rollup_fold
 
 
 class Command(BaseCommand):
@@ -34,6 +35,7 @@ class Command(BaseCommand):
             )
         project = demo_load()
         count = project.sagas.count()
+        rollup_fold()  # the Tools pages show the demo at once, not after the first beat
         self.stdout.write(f"demo project {project.slug!r}: {count} sagas")
         if not options["no_user"]:
             user, created = demo_user()
