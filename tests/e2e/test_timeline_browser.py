@@ -135,7 +135,7 @@ def test_the_copy_link_control_copies_the_permalink(site: Site, ann: Any) -> Non
     assert ann.evaluate("navigator.clipboard.readText()") == (
         f"{site.url}/sagas/shop/big-1/#step-step-500"
     )
-    ann.get_by_role("button", name="Copy saga id big-1").click()
+    ann.get_by_role("button", name="Copy id (big-1)").click()
     assert ann.evaluate("navigator.clipboard.readText()") == "big-1"
     expect(button).to_have_text("Copy link")  # back to its label
 

@@ -122,7 +122,7 @@ def test_copy_link_controls_carry_the_permalinks(shop: Project) -> None:
     pending = waiting(shop)
     page = login("viewer", shop).get("/sagas/shop/s-1/").content.decode()
     assert 'data-copy-url="/sagas/shop/s-1/" aria-label="Copy link to this saga">Copy link<' in page
-    assert 'data-copy-text="s-1" aria-label="Copy saga id s-1">Copy id<' in page
+    assert 'data-copy-text="s-1" aria-label="Copy id (s-1)">Copy id<' in page
     step_id = pending.step.step_id
     assert f'data-copy-url="/sagas/shop/s-1/#step-{step_id}"' in page
     assert f'data-copy-url="/approvals/{pending.pk}/"' in page
