@@ -5,7 +5,7 @@ from django.urls import path
 from django.views.generic import RedirectView
 
 from sagaboard.api.v1 import api
-from sagaboard.web import pages, policy_pages, probes, queue_pages, token_pages
+from sagaboard.web import pages, payload_pages, policy_pages, probes, queue_pages, token_pages
 
 handler404 = "sagaboard.web.not_found.page_not_found"
 
@@ -28,6 +28,12 @@ urlpatterns = [
     # <path:>: an agent's saga id may hold "/" (ids are the agent's choice); <str:> made every
     # page linking to such a saga fail to render (NoReverseMatch), for every user.
     path("sagas/<slug:project>/<path:saga_id>/", pages.saga_detail, name="saga_detail"),
+    # A step's raw JSON (its id, not a database key; ids may hold "/": the view tries each split).
+    path(
+        "sagas/<slug:project>/<path:saga_id>/steps/<path:step_id>/<str:part>.json",
+        payload_pages.step_payload,
+        name="step_payload",
+    ),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Pages without an icon link (the admin's) make browsers ask for this: no 404 in their console.
