@@ -17,7 +17,9 @@ PARTS = ("input", "output", "attempts")
 
 
 def _filename(saga_id: str, step_id: str, part: str) -> str:
-    safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in f"{saga_id}-{step_id}")
+    safe = "".join(
+        c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in f"{saga_id}-{step_id}"
+    )
     return f"{safe[:150]}-{part}.json"
 
 
@@ -39,7 +41,9 @@ def step_payload(
     if step is None:
         raise Http404("no such step in your projects")
     if part == "attempts":
-        body = json.dumps(payloads.attempts_json(stored.attempts_of(step)), ensure_ascii=False, indent=2)
+        body = json.dumps(
+            payloads.attempts_json(stored.attempts_of(step)), ensure_ascii=False, indent=2
+        )
     else:
         raw = stored.stored_json(step, part)
         body = "null" if raw is None else raw

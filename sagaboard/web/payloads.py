@@ -191,7 +191,7 @@ class Change:
 
     @property
     def symbol(self) -> str:
-        return {ADDED: "+", REMOVED: "−", CHANGED: "~"}[self.kind]
+        return {ADDED: "+", REMOVED: "\u2212", CHANGED: "~"}[self.kind]  # minus sign
 
 
 @dataclass
@@ -290,7 +290,9 @@ def attempt_diffs(attempts: Sequence[Any], limits: Limits | None = None) -> list
     """Each undo attempt against the one before it (#1 → #2, #2 → #3, ...)."""
     facts = [attempt_facts(a) for a in attempts]
     return [
-        AttemptDiff(attempts[n - 1].number, attempts[n].number, diff(facts[n - 1], facts[n], limits))
+        AttemptDiff(
+            attempts[n - 1].number, attempts[n].number, diff(facts[n - 1], facts[n], limits)
+        )
         for n in range(1, len(attempts))
     ]
 

@@ -96,7 +96,7 @@ def _empty(node: payloads.Node) -> SafeString:
 
 
 def _node(node: payloads.Node, depth: int, download: str) -> SafeString:
-    head = format_html("{}<span class=\"jt-colon\">:</span> ", _key(node))
+    head = format_html('{}<span class="jt-colon">:</span> ', _key(node))
     container = node.kind in (payloads.OBJECT, payloads.ARRAY)
     if not container or (not node.children and not node.more):
         value = _empty(node) if container else _scalar(node, download)
@@ -104,7 +104,9 @@ def _node(node: payloads.Node, depth: int, download: str) -> SafeString:
             '<div class="jt-leaf" data-path="{}">{}{} {}</div>', node.path, head, value,
             _buttons(node),
         )  # fmt: skip
-    items = format_html_join("", "<li>{}</li>", ((_node(c, depth + 1, download),) for c in node.children))
+    items = format_html_join(
+        "", "<li>{}</li>", ((_node(c, depth + 1, download),) for c in node.children)
+    )
     more = ""
     if node.more:
         more = format_html(
@@ -116,7 +118,8 @@ def _node(node: payloads.Node, depth: int, download: str) -> SafeString:
     brace = "{…}" if node.kind == payloads.OBJECT else "[…]"
     return format_html(
         '<details class="jt-node" data-path="{}"{}><summary>{}<span class="jt-brace">{}</span>'
-        ' <span class="jt-type">{}, {}</span> {}</summary><ul class="jt-children">{}{}</ul></details>',
+        ' <span class="jt-type">{}, {}</span> {}</summary>'
+        '<ul class="jt-children">{}{}</ul></details>',
         node.path,
         mark_safe(" open") if depth < OPEN_DEPTH else "",
         head,
@@ -129,7 +132,9 @@ def _node(node: payloads.Node, depth: int, download: str) -> SafeString:
     )
 
 
-def tree_html(value: Any, root: str, download: str, limits: payloads.Limits | None = None) -> SafeString:
+def tree_html(
+    value: Any, root: str, download: str, limits: payloads.Limits | None = None
+) -> SafeString:
     """The whole tree of ``value``, with a note and the download link if it was cut."""
     drawn = payloads.tree(value, root, limits)
     note = ""

@@ -278,11 +278,15 @@ def test_inputs_and_outputs_read_as_json_on_every_page_and_fragment(shop: Projec
     # The saga page draws them as JSON trees (sagaboard.web.payloads): JSON's words, typed.
     for html in (detail, live_detail):
         section = html.split("refund_payment", 1)[1].split("Event log")[0]
-        leaf = '<div class="jt-leaf" data-path="{}"><span class="jt-key">{}</span>'
-        assert leaf.format("input.flag", "flag") + '<span class="jt-colon">:</span> <span class="jt-boolean">true</span>' in section
-        assert leaf.format("input.gone", "gone") + '<span class="jt-colon">:</span> <span class="jt-null">null</span>' in section
-        assert leaf.format("input.nested.deep.x", "x") in section
-        assert leaf.format("output.ok", "ok") + '<span class="jt-colon">:</span> <span class="jt-boolean">true</span>' in section
+
+        def leaf(path: str, key: str, value: str = "") -> str:
+            head = f'<div class="jt-leaf" data-path="{path}"><span class="jt-key">{key}</span>'
+            return head + ('<span class="jt-colon">:</span> ' + value if value else "")
+
+        assert leaf("input.flag", "flag", '<span class="jt-boolean">true</span>') in section
+        assert leaf("input.gone", "gone", '<span class="jt-null">null</span>') in section
+        assert leaf("input.nested.deep.x", "x") in section
+        assert leaf("output.ok", "ok", '<span class="jt-boolean">true</span>') in section
         assert "&lt;b&gt;bold&lt;/b&gt;" in section and "<b>bold</b>" not in html
         _no_repr(section)
 
