@@ -59,7 +59,9 @@ def test_hostile_keys_and_values_render_as_marked_text(shop: Project) -> None:
     assert f"{marker}evil&lt;img src=x onerror=alert(1)&gt;" in html  # the value's bidi override
     assert f'<span class="jt-key">note{marker}</span>' in html  # and the key's
     # In attributes the text is escaped, whole: what the button copies is what was stored.
-    assert 'data-copy="input[&quot;&lt;script&gt;alert(&#x27;k&#x27;)&lt;/script&gt;&quot;]"' in html
+    assert (
+        'data-copy="input[&quot;&lt;script&gt;alert(&#x27;k&#x27;)&lt;/script&gt;&quot;]"' in html
+    )
     assert f'data-copy="{chr(0x202E)}evil&lt;img src=x onerror=alert(1)&gt;"' in html
 
 
@@ -68,13 +70,19 @@ def test_copy_buttons_carry_each_path_and_value(shop: Project) -> None:
     html = page(login("viewer", shop), "s-1")
     for path in ("input.orderId", "input.items[2].sku", "input.items[2]", "output.refund.id"):
         assert f'data-copy="{path}" data-copy-what="path"' in html, path
-    assert 'data-copy="C-3" data-copy-what="value" aria-label="Copy the value of input.items[2].sku"' in html
+    assert (
+        'data-copy="C-3" data-copy-what="value" aria-label="Copy the value of input.items[2].sku"'
+        in html
+    )
     assert 'data-copy="12.5" data-copy-what="value"' in html  # a number, as JSON
-    items = '[{&quot;sku&quot;:&quot;A-1&quot;},{&quot;sku&quot;:&quot;B-2&quot;},'
+    items = "[{&quot;sku&quot;:&quot;A-1&quot;},{&quot;sku&quot;:&quot;B-2&quot;},"
     assert f'data-copy="{items}' in html  # a small container copies as compact JSON
     # Strings quoted, numbers and JSON's words bare: the types read apart.
     assert '<span class="jt-string"><span class="jt-quote">"</span>o-17' in html
-    assert '<span class="jt-number">12.5</span>' in html and '<span class="jt-null">null</span>' in html
+    assert (
+        '<span class="jt-number">12.5</span>' in html
+        and '<span class="jt-null">null</span>' in html
+    )
 
 
 def test_the_input_output_diff_labels_each_change(shop: Project) -> None:
@@ -85,11 +93,16 @@ def test_the_input_output_diff_labels_each_change(shop: Project) -> None:
     assert changed is not None
     text = re.sub(r"<[^>]+>", "", changed.group()).split()
     assert text[:4] == ["~", "changed", "items", "(type"] and "array → number)" in " ".join(text)
-    assert '<span class="diff-kind">added</span>' in html and '<span class="diff-kind">removed</span>' in html
+    assert (
+        '<span class="diff-kind">added</span>' in html
+        and '<span class="diff-kind">removed</span>' in html
+    )
     assert '<code class="diff-path">refund</code>' in html
 
 
-def test_a_large_value_is_truncated_with_a_link_to_the_raw_json(shop: Project, settings: Any) -> None:
+def test_a_large_value_is_truncated_with_a_link_to_the_raw_json(
+    shop: Project, settings: Any
+) -> None:
     settings.SAGABOARD_PAYLOAD_MAX_NODES = 10
     settings.SAGABOARD_PAYLOAD_MAX_STRING = 50
     step = saga_with(shop, "s-1", {"rows": list(range(100)), "blob": "z" * 500}, {"ok": True})
@@ -115,9 +128,14 @@ def test_the_raw_download_is_the_stored_json_as_an_attachment(shop: Project) -> 
         response = client.get(f"/sagas/shop/s-1/steps/{step.step_id}/{part}.json")
         assert response.status_code == 200
         assert response["Content-Type"] == "application/json; charset=utf-8"
-        assert response["Content-Disposition"] == f'attachment; filename="s-1-{step.step_id}-{part}.json"'
+        assert (
+            response["Content-Disposition"]
+            == f'attachment; filename="s-1-{step.step_id}-{part}.json"'
+        )
         assert response.content.decode() == stored_text(step, part)  # byte for byte
-    assert json.loads(client.get(f"/sagas/shop/s-1/steps/{step.step_id}/input.json").content) == INPUT
+    assert (
+        json.loads(client.get(f"/sagas/shop/s-1/steps/{step.step_id}/input.json").content) == INPUT
+    )
 
 
 def test_a_step_without_output_downloads_null(shop: Project) -> None:

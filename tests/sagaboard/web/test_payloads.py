@@ -65,7 +65,12 @@ def test_each_json_type_is_told_apart_and_copies_as_json() -> None:
 
 def test_unicode_is_kept_and_a_scalar_root_is_one_node() -> None:
     root = payloads.tree("größe ‮ 🙂", "input", SMALL).root
-    assert (root.kind, root.text, root.copy, root.children) == ("string", "größe ‮ 🙂", "größe ‮ 🙂", [])
+    assert (root.kind, root.text, root.copy, root.children) == (
+        "string",
+        "größe ‮ 🙂",
+        "größe ‮ 🙂",
+        [],
+    )
     assert payloads.tree(None, "output", SMALL).root.text == "null"
 
 
@@ -194,7 +199,9 @@ def test_consecutive_undo_attempts_are_diffed_on_what_they_have() -> None:
     assert first.diff.changes == [
         Change("error", CHANGED, '"FedEx 500"', '"FedEx 503"'),
         Change("started_at", CHANGED, '"2026-01-31T12:00:01Z"', '"2026-01-31T12:00:02Z"'),
-        Change("finished_at", CHANGED, '"2026-01-31T12:00:02.500000Z"', '"2026-01-31T12:00:03.500000Z"'),
+        Change(
+            "finished_at", CHANGED, '"2026-01-31T12:00:02.500000Z"', '"2026-01-31T12:00:03.500000Z"'
+        ),
     ]
     kinds = {c.path: c.type_change for c in second.diff.changes}
     assert kinds["outcome"] == "string → null" and kinds["duration_seconds"] == "number → null"

@@ -76,7 +76,10 @@ def test_the_toggle_starts_as_the_cookie_says_utc_by_default() -> None:
         html = render(source, request=request)
         assert html.startswith(zone + "|")
         pressed = re.findall(r'data-tz="(\w+)" aria-pressed="(\w+)"', html)
-        assert pressed == [("utc", str(zone == "utc").lower()), ("local", str(zone == "local").lower())]
+        assert pressed == [
+            ("utc", str(zone == "utc").lower()),
+            ("local", str(zone == "local").lower()),
+        ]
     assert render("{% time_zone %}") == "utc"  # a live fragment has no request
 
 
