@@ -5,9 +5,10 @@ it lays out (``templates/sagaboard/_payload.html``): ``p.input``/``p.output`` (t
 HTML), ``p.io_diff`` (input → output), ``p.attempt_diffs`` and the raw downloads' links.
 
 The tree's HTML is written here, not by a recursive template: a saga of 1,000 steps draws
-thousands of nodes, and an ``{% include %}`` per node costs tens of times more. Every key
-and value goes through ``format_html`` and the text policy's ``visible`` (escaped,
-invisible and bidi characters shown as ``⟨U+202E⟩``); nothing is marked safe unescaped.
+thousands of nodes, and an ``{% include %}`` (or even a ``format_html``) per node costs
+tens of times more (``python -m benchmarks.payload_trees``). Every key, value and path
+goes through ``html.escape`` or the text policy's ``visible`` (escaped, invisible and bidi
+characters shown as ``⟨U+202E⟩``); nothing is marked safe unescaped.
 Nodes are nested ``<details>``/``<summary>``, so the tree folds without JavaScript;
 ``static/sagaboard/payload.js`` runs the copy buttons.
 """
@@ -15,11 +16,11 @@ Nodes are nested ``<details>``/``<summary>``, so the tree folds without JavaScri
 from __future__ import annotations
 
 from dataclasses import dataclass
+from html import escape
 from typing import Any
 
 from django import template
 from django.urls import reverse
-from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from sagaboard.infra.text_policy import visible
@@ -44,107 +45,106 @@ def payload_url(saga: Any, step_id: str, part: str) -> str:
     )
 
 
-def _buttons(node: payloads.Node) -> SafeString:
-    path = format_html(
-        '<button type="button" class="jt-copy" data-copy="{}" data-copy-what="path"'
-        ' aria-label="Copy the path {}">path</button>',
-        node.path,
-        node.path,
+def _attr(text: str) -> str:
+    return escape(text, quote=True)
+
+
+def _shown(text: str) -> str:
+    """``visible(text)``, with its common case (printable ASCII, no space at either end nor
+    two in a row: nothing to mark) done here without Django's lazy wrapper: same output."""
+    if text.isascii() and text.isprintable() and text[:1] != " " and text[-1:] != " ":
+        if "  " not in text:
+            return escape(text, quote=True)
+    return str(visible(text))
+
+
+def _buttons(node: payloads.Node, path: str) -> str:
+    html = (
+        f'<button type="button" class="jt-copy" data-copy="{path}" data-copy-what="path"'
+        f' aria-label="Copy the path {path}">path</button>'
     )
     if node.copy is None:
-        return path
-    return format_html(
-        '{}<button type="button" class="jt-copy" data-copy="{}" data-copy-what="value"'
-        ' aria-label="Copy the value of {}">value</button>',
-        path,
-        node.copy,
-        node.path,
+        return html
+    return html + (
+        f'<button type="button" class="jt-copy" data-copy="{_attr(node.copy)}"'
+        f' data-copy-what="value" aria-label="Copy the value of {path}">value</button>'
     )
 
 
-def _key(node: payloads.Node) -> SafeString:
+def _key(node: payloads.Node, path: str) -> str:
     if node.key is None:
-        return format_html('<span class="jt-key jt-root-key">{}</span>', node.path)
+        return f'<span class="jt-key jt-root-key">{path}</span>'
     if node.index:
-        return format_html('<span class="jt-index">[{}]</span>', node.key)
-    return format_html('<span class="jt-key">{}</span>', visible(node.key))
+        return f'<span class="jt-index">[{node.key}]</span>'
+    return f'<span class="jt-key">{_shown(node.key)}</span>'
 
 
-def _scalar(node: payloads.Node, download: str) -> SafeString:
+def _scalar(node: payloads.Node, download: str) -> str:
     if node.kind == payloads.STRING:
         cut = ""
         if node.cut:
-            cut = format_html(
-                ' <span class="jt-cut">… truncated: {} more characters (<a href="{}" download>'
-                "raw JSON</a>)</span>",
-                node.cut,
-                download,
+            cut = (
+                f' <span class="jt-cut">… truncated: {node.cut} more characters'
+                f' (<a href="{_attr(download)}" download>raw JSON</a>)</span>'
             )
-        return format_html(
-            '<span class="jt-string"><span class="jt-quote">"</span>{}'
-            '<span class="jt-quote">"</span></span>{}',
-            visible(node.text),
-            cut,
+        return (
+            f'<span class="jt-string"><span class="jt-quote">"</span>{_shown(node.text)}'
+            f'<span class="jt-quote">"</span></span>{cut}'
         )
-    return format_html('<span class="jt-{}">{}</span>', node.kind, node.text)
+    return f'<span class="jt-{node.kind}">{_attr(node.text)}</span>'
 
 
-def _empty(node: payloads.Node) -> SafeString:
+def _empty(node: payloads.Node) -> str:
     mark = "{}" if node.kind == payloads.OBJECT else "[]"
-    return format_html('<span class="jt-empty">{} <span class="jt-type">empty {}</span></span>',
-                       mark, node.kind)  # fmt: skip
+    return f'<span class="jt-empty">{mark} <span class="jt-type">empty {node.kind}</span></span>'
 
 
-def _node(node: payloads.Node, depth: int, download: str) -> SafeString:
-    head = format_html('{}<span class="jt-colon">:</span> ', _key(node))
+def _node(node: payloads.Node, depth: int, download: str, out: list[str]) -> None:
+    """Append ``node``'s HTML to ``out`` (one list for the whole tree: no string copies)."""
+    path = _attr(node.path)
+    head = f'{_key(node, path)}<span class="jt-colon">:</span> '
     container = node.kind in (payloads.OBJECT, payloads.ARRAY)
     if not container or (not node.children and not node.more):
         value = _empty(node) if container else _scalar(node, download)
-        return format_html(
-            '<div class="jt-leaf" data-path="{}">{}{} {}</div>', node.path, head, value,
-            _buttons(node),
-        )  # fmt: skip
-    items = format_html_join(
-        "", "<li>{}</li>", ((_node(c, depth + 1, download),) for c in node.children)
-    )
-    more = ""
-    if node.more:
-        more = format_html(
-            '<li class="jt-more">truncated: {} more (<a href="{}" download>download the raw'
-            " JSON</a>)</li>",
-            node.more,
-            download,
+        out.append(
+            f'<div class="jt-leaf" data-path="{path}">{head}{value} {_buttons(node, path)}</div>'
         )
+        return
     brace = "{…}" if node.kind == payloads.OBJECT else "[…]"
-    return format_html(
-        '<details class="jt-node" data-path="{}"{}><summary>{}<span class="jt-brace">{}</span>'
-        ' <span class="jt-type">{}, {}</span> {}</summary>'
-        '<ul class="jt-children">{}{}</ul></details>',
-        node.path,
-        mark_safe(" open") if depth < OPEN_DEPTH else "",
-        head,
-        brace,
-        node.kind,
-        node.text,
-        _buttons(node),
-        items,
-        more,
+    opened = " open" if depth < OPEN_DEPTH else ""
+    out.append(
+        f'<details class="jt-node" data-path="{path}"{opened}><summary>{head}'
+        f'<span class="jt-brace">{brace}</span> <span class="jt-type">{node.kind}, {node.text}'
+        f'</span> {_buttons(node, path)}</summary><ul class="jt-children">'
     )
+    for child in node.children:
+        out.append("<li>")
+        _node(child, depth + 1, download, out)
+        out.append("</li>")
+    if node.more:
+        out.append(
+            f'<li class="jt-more">truncated: {node.more} more (<a href="{_attr(download)}"'
+            " download>download the raw JSON</a>)</li>"
+        )
+    out.append("</ul></details>")
 
 
 def tree_html(
     value: Any, root: str, download: str, limits: payloads.Limits | None = None
 ) -> SafeString:
-    """The whole tree of ``value``, with a note and the download link if it was cut."""
+    """The whole tree of ``value``, with a note and the download link if it was cut.
+
+    Every piece of text in it went through ``escape`` or ``visible`` above."""
     drawn = payloads.tree(value, root, limits)
-    note = ""
+    out = ['<div class="json-tree">']
     if drawn.truncated:
-        note = format_html(
+        out.append(
             '<p class="jt-truncated">Too large to show whole: parts are truncated. '
-            '<a href="{}" download>Download the raw JSON</a>.</p>',
-            download,
+            f'<a href="{_attr(download)}" download>Download the raw JSON</a>.</p>'
         )
-    return format_html('<div class="json-tree">{}{}</div>', note, _node(drawn.root, 0, download))
+    _node(drawn.root, 0, download, out)
+    out.append("</div>")
+    return mark_safe("".join(out))
 
 
 @dataclass

@@ -15,21 +15,15 @@ turns it into the reader's zone and "3 min ago", the exact time in ``.when-detai
 from __future__ import annotations
 
 from datetime import datetime
+from html import escape
 from typing import Any
 
 from django import template
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from sagaboard.web import times
 
 register = template.Library()
-
-_TIME = (
-    '<span class="when{}" data-clock="{}">{}'
-    '<time datetime="{}" data-when="{}" data-what="{}" data-clock-text="{}" tabindex="0">{}</time>'
-    '{}<span class="when-detail">{} · {}: {}</span></span>'
-)
 
 
 @register.simple_tag
@@ -44,24 +38,17 @@ def when(
 ) -> SafeString:
     if value is None or value == "":
         times.when(datetime(2000, 1, 1), kind)  # an unknown kind fails even when unset
-        return format_html('<span class="when when-none">{}</span>', none)
+        return mark_safe(f'<span class="when when-none">{escape(none)}</span>')
     w = times.when(value, kind, saga=saga, precise=precise)
-    what = "" if bare else format_html('<span class="when-what">{}</span> ', w.what)
-    clock = "" if bare else format_html(' <span class="when-clock">({})</span>', w.clock_text)
-    return format_html(
-        _TIME,
-        " when-bare" if bare else "",
-        w.clock,
-        what,
-        w.iso,
-        "exact" if precise else "relative",
-        w.what,
-        w.clock_text,
-        w.exact,
-        clock,
-        w.what,
-        w.clock_text,
-        w.exact,
+    what, clock_text = escape(w.what), escape(w.clock_text)  # from KINDS: plain, escaped anyway
+    label = "" if bare else f'<span class="when-what">{what}</span> '
+    clock = "" if bare else f' <span class="when-clock">({clock_text})</span>'
+    mode = "exact" if precise else "relative"
+    return mark_safe(
+        f'<span class="when{" when-bare" if bare else ""}" data-clock="{w.clock}">{label}'
+        f'<time datetime="{w.iso}" data-when="{mode}" data-what="{what}"'
+        f' data-clock-text="{clock_text}" tabindex="0">{w.exact}</time>{clock}'
+        f'<span class="when-detail">{what} · {clock_text}: {w.exact}</span></span>'
     )
 
 
