@@ -220,6 +220,9 @@ SAGABOARD_MAX_STEPS = env_int("SAGABOARD_MAX_STEPS", 1000, minimum=1)
 # to the raw JSON.
 SAGABOARD_PAYLOAD_MAX_NODES = env_int("SAGABOARD_PAYLOAD_MAX_NODES", 500, minimum=1)
 SAGABOARD_PAYLOAD_MAX_STRING = env_int("SAGABOARD_PAYLOAD_MAX_STRING", 2000, minimum=1)
+# A saga page draws its steps' trees itself up to this many steps; a longer saga's load
+# when opened (its page and each live update of it would carry every node of every step).
+SAGABOARD_PAYLOAD_INLINE_STEPS = env_int("SAGABOARD_PAYLOAD_INLINE_STEPS", 50, minimum=0)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

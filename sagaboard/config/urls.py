@@ -34,6 +34,11 @@ urlpatterns = [
         payload_pages.step_payload,
         name="step_payload",
     ),
+    path(
+        "sagas/<slug:project>/<path:saga_id>/steps/<path:step_id>/payloads.html",
+        payload_pages.step_trees,
+        name="step_trees",
+    ),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Pages without an icon link (the admin's) make browsers ask for this: no 404 in their console.

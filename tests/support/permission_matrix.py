@@ -189,6 +189,8 @@ PAGES: list[Row] = [
     Row("Pages", "step_payload", "GET", "/sagas/shop/{saga_id}/steps/step-3/input.json",
         page(members="200", stranger="404", norole="404"), action="raw JSON of a step",
         shows="orderId"),
+    Row("Pages", "step_trees", "GET", "/sagas/shop/{saga_id}/steps/step-3/payloads.html",
+        page(members="200", stranger="404", norole="404"), shows="orderId"),
     Row("Pages", "token_list", "GET", "/tokens/",
         _need("200", ADMINS, "403", stranger=f"200 {NOTHING}", norole="403"),
         shows="{prefix}"),

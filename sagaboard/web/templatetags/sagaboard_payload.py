@@ -20,6 +20,7 @@ from html import escape
 from typing import Any
 
 from django import template
+from django.conf import settings
 from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 
@@ -52,9 +53,9 @@ def _attr(text: str) -> str:
 def _shown(text: str) -> str:
     """``visible(text)``, with its common case (printable ASCII, no space at either end nor
     two in a row: nothing to mark) done here without Django's lazy wrapper: same output."""
-    if text.isascii() and text.isprintable() and text[:1] != " " and text[-1:] != " ":
-        if "  " not in text:
-            return escape(text, quote=True)
+    plain = text.isascii() and text.isprintable() and "  " not in text
+    if plain and text[:1] != " " and text[-1:] != " ":
+        return escape(text, quote=True)
     return str(visible(text))
 
 
@@ -149,18 +150,39 @@ def tree_html(
 
 @dataclass
 class StepPayloads:
-    input: SafeString
+    input: SafeString | None
     output: SafeString | None
     io_diff: payloads.Diff | None
     input_url: str
     output_url: str
+    lazy_url: str = ""
+    """Set when the saga is too long to draw every step's trees in its page: the trees
+    load from here when the reader opens them (htmx; a link without JavaScript)."""
+
+
+def payloads_url(saga: Any, step_id: str) -> str:
+    """The page (and htmx fragment) of one step's trees and their diff."""
+    return reverse(
+        "step_trees",
+        kwargs={"project": saga.project.slug, "saga_id": saga.saga_id, "step_id": step_id},
+    )
+
+
+def draws_inline(saga: Any) -> bool:
+    """Whether the saga page draws each step's trees itself (``SAGABOARD_PAYLOAD_INLINE_STEPS``):
+    past that, a page and every live update of it would carry thousands of nodes."""
+    return len(saga.steps.all()) <= settings.SAGABOARD_PAYLOAD_INLINE_STEPS
 
 
 @register.simple_tag
-def step_payloads(step: Any, saga: Any) -> StepPayloads:
-    """The step's input and output trees and their diff (none without an output)."""
-    limits = payloads.Limits.from_settings()
+def step_payloads(step: Any, saga: Any, inline: bool = False) -> StepPayloads:
+    """The step's input and output trees and their diff (none without an output); only
+    their links (``lazy_url``) in the page of a long saga, unless ``inline``."""
     urls = {part: payload_url(saga, step.step_id, part) for part in ("input", "output")}
+    if inline is not True and not draws_inline(saga):
+        return StepPayloads(None, None, None, urls["input"], urls["output"],
+                            payloads_url(saga, step.step_id))  # fmt: skip
+    limits = payloads.Limits.from_settings()
     has_output = step.output is not None
     return StepPayloads(
         input=tree_html(step.input, "input", urls["input"], limits),

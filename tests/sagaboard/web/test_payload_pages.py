@@ -203,3 +203,32 @@ def test_undo_attempts_show_finished_and_duration_and_a_diff(shop: Project) -> N
     assert attempts["Content-Disposition"].startswith("attachment;")
     assert [a["outcome"] for a in json.loads(attempts.content)] == ["failed", "succeeded"]
     assert json.loads(attempts.content)[1]["duration_seconds"] == 125.0
+
+
+def test_a_long_sagas_page_loads_each_steps_trees_when_opened(shop: Project, settings: Any) -> None:
+    settings.SAGABOARD_PAYLOAD_INLINE_STEPS = 0
+    step = saga_with(shop, "s-1", INPUT, OUTPUT)
+    client = login("viewer", shop)
+    html = page(client, "s-1")
+    url = f"/sagas/shop/s-1/steps/{step.step_id}/payloads.html"
+    assert f'hx-get="{url}" hx-trigger="toggle from:closest details once"' in html
+    assert f'<a href="{url}">Open the input and output as trees</a>' in html  # without JS
+    assert 'class="json-tree"' not in html and "data-copy=" not in html
+    fragment = client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert fragment.startswith('<div class="payload-loaded">') and "<html" not in fragment
+    assert 'data-copy="input.items[2].sku" data-copy-what="path"' in fragment
+    assert "Input → output (4 differences)" in fragment and "<script>alert" not in fragment
+    full = client.get(url).content.decode()
+    assert "<html" in full and 'data-copy="output.refund.id" data-copy-what="path"' in full
+    assert f'href="/sagas/shop/s-1/#step-{step.step_id}"' in full
+    other = Project.objects.create(slug="other", name="Other")
+    theirs = saga_with(other, "s-2", {"secret": 1}, None)
+    assert client.get(f"/sagas/other/s-2/steps/{theirs.step_id}/payloads.html").status_code == 404
+    assert client.get("/sagas/shop/s-1/steps/nope/payloads.html").status_code == 404
+
+
+def test_a_short_sagas_page_draws_its_trees_itself(shop: Project, settings: Any) -> None:
+    settings.SAGABOARD_PAYLOAD_INLINE_STEPS = 1
+    saga_with(shop, "s-1", INPUT, OUTPUT)
+    html = page(login("viewer", shop), "s-1")
+    assert "payload-lazy" not in html and 'class="json-tree"' in html
