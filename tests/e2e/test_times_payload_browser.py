@@ -5,9 +5,10 @@ A viewer opens a saga: its times read "3 min ago", UTC by default, the exact tim
 when a time has the focus (and named by its aria-describedby); the header's toggle turns
 them to New York's time, a reload keeps the choice (localStorage, and the cookie the
 server reads: the page arrives with it); a time added to the page later is shown the same
-way. The saga's input is a JSON tree: a nested node unfolds, its copy buttons put its
-path and its value on the clipboard. Screenshots: test-artifacts/times-utc.png,
-times-local.png and payload-tree.png.
+way, and so are the times of a saga page's body that the live feed swaps in. The saga's
+input is a JSON tree: a nested node unfolds, its copy buttons put its path and its value
+on the clipboard; a longer saga's trees load when a step's payloads are opened.
+Screenshots: test-artifacts/times-utc.png, times-local.png and payload-tree.png.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ value = {{"orderId": "o-17", "items": [{{"sku": "A-1"}}, {{"sku": "B-2"}}, {{"sk
 saga.execute(define_tool("return_item", lambda i: {{"refund": "r-9"}}, lambda o, i: None), value)
 saga.complete()
 ago = timezone.now() - timedelta(minutes=3, seconds=10)
+long = EngineSaga("storebot-long", saga_id="long-1", store=DjangoStore(project))
+tool = define_tool("return_item", lambda i: {{"ok": True}}, lambda o, i: None)
+for n in range(3):
+    long.execute(tool, {{"n": n}})
+long.complete()
+from sagaboard.domain import manual_flow
+manual_flow.saga_begin(project=project, event_id="h-1", name="by hand", saga_id="hand-1",
+                       token_pk=None)
 Saga.objects.filter(saga_id="tz-1").update(
     driver="client",  # its times are the agent's
     created_at=datetime(2026, 1, 31, 12, 0, 5, tzinfo=UTC), received_at=ago, changed_at=ago,
@@ -57,6 +66,7 @@ Saga.objects.filter(saga_id="tz-1").update(
 @dataclass
 class Site:
     url: str
+    database_url: str
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +74,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     with temp_database("postgres" if PG else "sqlite", tmp_path_factory.mktemp("e2e-tz")) as url:
         manage(url, "migrate", "--no-input", "-v0")
         manage(url, "shell", "-c", MAKE_SAGA)
-        with Server(url, debug=False) as server:
-            yield Site(server.url)
+        # long-1's three steps are past the inline limit: its trees load when opened.
+        with Server(url, debug=False, env={"SAGABOARD_PAYLOAD_INLINE_STEPS": "2"}) as server:
+            yield Site(server.url, url)
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +205,47 @@ def test_the_input_tree_unfolds_and_copies_a_path_and_a_value(site: Site, vic: A
     )
     expect(leaf).to_be_visible()
     Tab(vic).screenshot("payload-tree.png")
+
+
+def test_a_long_sagas_trees_load_when_opened(site: Site, vic: Any) -> None:
+    from playwright.sync_api import expect
+
+    vic.goto(site.url + "/sagas/shop/long-1/")
+    expect(vic.locator(".json-tree")).to_have_count(0)
+    vic.locator("details.payload-lazy > summary").nth(1).click()
+    tree = vic.locator(".payload-loaded .json-tree").first
+    vic.locator(".payload-loaded details.payload > summary", has_text="Input").first.click()
+    leaf = tree.locator('.jt-leaf[data-path="input.n"]')
+    expect(leaf).to_contain_text("n: 1")
+    leaf.get_by_role("button", name="Copy the path input.n").click()
+    vic.wait_for_function("async () => (await navigator.clipboard.readText()) === 'input.n'")
+    expect(vic.locator(".json-tree")).to_have_count(2)  # that step's input and output only
+
+
+ADD_STEP = """
+from sagaboard.domain import manual_flow
+from sagaboard.models import Project
+manual_flow.step_add(project=Project.objects.get(slug="shop"), event_id="h-2",
+                     saga_id="hand-1", tool_name="charge", input={"cents": 1250},
+                     undo={"kind": "none"})
+"""
+
+
+def test_times_and_trees_the_live_feed_swaps_in_are_shown_the_same(site: Site, vic: Any) -> None:
+    from playwright.sync_api import expect
+
+    vic.goto(site.url + "/sagas/shop/hand-1/")
+    tab = Tab(vic)
+    tab.mark()
+    expect(vic.locator("ol.timeline > li")).to_have_count(0)
+    manage(site.database_url, "shell", "-c", ADD_STEP)  # another process: the live feed tells
+    expect(vic.locator("ol.timeline > li h3")).to_contain_text(["step-1 · charge"])
+    tab.assert_not_reloaded()
+    changed = vic.locator(".when").filter(has_text="last change").locator("time")
+    expect(changed).to_have_text(re.compile(r"^(just now|\d+ s ago)$"))  # not the raw UTC text
+    expect(changed).to_have_attribute("aria-describedby", re.compile(r"^when-\d+$"))
+    vic.locator("details.payload > summary", has_text="Input").first.click()
+    leaf = vic.locator('.jt-leaf[data-path="input.cents"]')
+    expect(leaf).to_contain_text("cents: 1250")
+    leaf.get_by_role("button", name="Copy the value of input.cents").click()
+    vic.wait_for_function("async () => (await navigator.clipboard.readText()) === '1250'")
