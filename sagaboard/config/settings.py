@@ -150,11 +150,16 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
             ],
             # ``visible``: ids and names with invisible characters shown (text policy).
-            "builtins": ["sagaboard.web.templatetags.sagaboard_text"],
+            # ``when``: every time labelled, the reader's zone (README "Times").
+            "builtins": [
+                "sagaboard.web.templatetags.sagaboard_text",
+                "sagaboard.web.templatetags.sagaboard_time",
+            ],
             # The pages' own tags live with the pages (sagaboard/web/), not at the app's root.
             "libraries": {
                 "sagaboard_json": "sagaboard.web.templatetags.sagaboard_json",
                 "sagaboard_links": "sagaboard.web.templatetags.sagaboard_links",
+                "sagaboard_payload": "sagaboard.web.templatetags.sagaboard_payload",
             },
         },
     },
@@ -211,6 +216,14 @@ SAGABOARD_MAX_JSON_DEPTH = env_int("SAGABOARD_MAX_JSON_DEPTH", 32, minimum=1)
 # body can be, so checking it costs nothing until it is set lower.
 SAGABOARD_MAX_VALUE_SIZE = env_int("SAGABOARD_MAX_VALUE_SIZE", SAGABOARD_API_MAX_BODY, minimum=1)
 SAGABOARD_MAX_STEPS = env_int("SAGABOARD_MAX_STEPS", 1000, minimum=1)
+# How much of one JSON value a page draws as a tree (README "Reading payloads"): nodes per
+# tree and characters per string; past either the page says "truncated: N more" and links
+# to the raw JSON.
+SAGABOARD_PAYLOAD_MAX_NODES = env_int("SAGABOARD_PAYLOAD_MAX_NODES", 500, minimum=1)
+SAGABOARD_PAYLOAD_MAX_STRING = env_int("SAGABOARD_PAYLOAD_MAX_STRING", 2000, minimum=1)
+# A saga page draws its steps' trees itself up to this many steps; a longer saga's load
+# when opened (its page and each live update of it would carry every node of every step).
+SAGABOARD_PAYLOAD_INLINE_STEPS = env_int("SAGABOARD_PAYLOAD_INLINE_STEPS", 50, minimum=0)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

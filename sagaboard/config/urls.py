@@ -9,6 +9,7 @@ from sagaboard.web import (
     export_pages,
     health_pages,
     pages,
+    payload_pages,
     permalink_pages,
     policy_pages,
     probes,
@@ -42,6 +43,17 @@ urlpatterns = [
     # <path:>: an agent's saga id may hold "/" (ids are the agent's choice); <str:> made every
     # page linking to such a saga fail to render (NoReverseMatch), for every user.
     path("sagas/<slug:project>/<path:saga_id>/", pages.saga_detail, name="saga_detail"),
+    # A step's raw JSON (its id, not a database key; ids may hold "/": the view tries each split).
+    path(
+        "sagas/<slug:project>/<path:saga_id>/steps/<path:step_id>/<str:part>.json",
+        payload_pages.step_payload,
+        name="step_payload",
+    ),
+    path(
+        "sagas/<slug:project>/<path:saga_id>/steps/<path:step_id>/payloads.html",
+        payload_pages.step_trees,
+        name="step_trees",
+    ),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Pages without an icon link (the admin's) make browsers ask for this: no 404 in their console.

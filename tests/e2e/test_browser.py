@@ -12,7 +12,6 @@ every intermediate state is looked at, and every wait is bounded.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import queue
 import subprocess
@@ -354,16 +353,16 @@ def test_hostile_text_in_a_saga_stays_text_live_and_rendered(site: Site, user: U
         expect(row(listing, saga_id).locator("a")).to_be_visible()
         page = detail.page
         expect(page.locator("h1")).to_contain_text(name)
-        for summary in page.locator("li.step summary").all():
-            summary.click()  # open Input, Output and Traceback
+        for summary in page.locator("li.step > details > summary").all():
+            summary.click()  # open Input, Output, their diff and Traceback (not tree nodes)
         first, second = page.locator("ol.timeline > li").all()
-        for payload in (SCRIPT, IMG):
-            text = json.dumps(payload)[1:-1]  # shown as JSON: its quotes escaped
-            expect(first.locator("pre").first).to_contain_text(text)  # input
-            expect(first.locator("pre").nth(1)).to_contain_text(text)  # output
-            expect(second.locator("pre").first).to_contain_text(text)  # input
+        for key, payload in (("script", SCRIPT), ("img", IMG)):
+            # JSON trees (README "Reading payloads"): each string shown as text, quoted.
+            for where, root in ((first, "input"), (first, "output"), (second, "input")):
+                leaf = where.locator(f'.jt-leaf[data-path="{root}.{key}"] .jt-string')
+                expect(leaf).to_have_text(f'"{payload}"')  # the string itself, in quotes
         expect(second.locator("p.error")).to_have_text(f"ConnectionError: {SCRIPT}{IMG}")
-        expect(first.locator("pre").nth(1)).to_be_visible()
+        expect(first.locator('.jt-leaf[data-path="output.img"]')).to_be_visible()
         expect(second.locator("p.error")).to_be_visible()
         for tab in (listing, detail):
             assert_inert(tab)

@@ -69,6 +69,9 @@ STEP_INPUT = {"in-script": SCRIPT, "in-img": IMG, "in-svg": SVG}
 STEP_OUTPUT = {"out-script": SCRIPT, "out-img": IMG, "out-svg": SVG}
 INPUT_TEXT = tuple(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in STEP_INPUT.items())
 OUTPUT_TEXT = tuple(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in STEP_OUTPUT.items())
+# The saga pages draw them as JSON trees (README "Reading payloads"): key: "the string".
+INPUT_TREE = tuple(f'{k}: "{v}"' for k, v in STEP_INPUT.items())
+OUTPUT_TREE = tuple(f'{k}: "{v}"' for k, v in STEP_OUTPUT.items())
 HANDLER = hostile("handler")
 # Quoted as a shell would need it (an unsplittable command is refused with 422); the
 # approver sees the text as sent, payload included.
@@ -392,7 +395,7 @@ def test_hostile_text_from_agents_and_people_stays_text_everywhere_under_a_stric
             "ROLLED BACK with exceptions (1 rejected, 2 resolved by hand)"
         )
         assert_inert(detail, SERVER_NAME, HANDLER_TOOL, WEBHOOK_TOOL, COMMAND_TOOL,
-                     FAILING_TOOL, *INPUT_TEXT, *OUTPUT_TEXT, STEP_ERROR, HANDLER,
+                     FAILING_TOOL, *INPUT_TREE, *OUTPUT_TREE, STEP_ERROR, HANDLER,
                      REJECT_REASON, APPROVE_REASON, RESOLVE_REASON, API_ACTOR)  # fmt: skip
         listing.screenshot(f"xss-list-{how}.png")
         detail.screenshot(f"xss-server-saga-{how}.png")
@@ -400,7 +403,7 @@ def test_hostile_text_from_agents_and_people_stays_text_everywhere_under_a_stric
     # Every other page, rendered.
     pages = {
         f"/sagas/shop/{quote(CLIENT_ID)}/": (CLIENT_ID, CLIENT_NAME, CLIENT_TOOL_A,
-                                             CLIENT_TOOL_B, *INPUT_TEXT, CLIENT_UNDO_ERROR,
+                                             CLIENT_TOOL_B, *INPUT_TREE, CLIENT_UNDO_ERROR,
                                              CLIENT_NOTE, CLIENT_ACTOR, RESOLVE_REASON),
         "/overview/": (SERVER_NAME, CLIENT_NAME),
         "/approvals/": (),

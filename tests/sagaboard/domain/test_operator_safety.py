@@ -270,12 +270,25 @@ def test_inputs_and_outputs_read_as_json_on_every_page_and_fragment(shop: Projec
         expected.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         .replace('"', "&quot;").replace("'", "&#x27;")
     )  # fmt: skip
-    for html in (queue, detail, live_detail):
-        section = html.split("refund_payment", 1)[1]
-        assert escaped in section
-        assert "&quot;ok&quot;: true" in section and "&quot;n&quot;: null" in section
-        assert "<b>bold</b>" not in html
-        _no_repr(section.split("Event log")[0])
+    queue_section = queue.split("refund_payment", 1)[1]
+    assert escaped in queue_section
+    assert "&quot;ok&quot;: true" in queue_section and "&quot;n&quot;: null" in queue_section
+    assert "<b>bold</b>" not in queue
+    _no_repr(queue_section)
+    # The saga page draws them as JSON trees (sagaboard.web.payloads): JSON's words, typed.
+    for html in (detail, live_detail):
+        section = html.split("refund_payment", 1)[1].split("Event log")[0]
+
+        def leaf(path: str, key: str, value: str = "") -> str:
+            head = f'<div class="jt-leaf" data-path="{path}"><span class="jt-key">{key}</span>'
+            return head + ('<span class="jt-colon">:</span> ' + value if value else "")
+
+        assert leaf("input.flag", "flag", '<span class="jt-boolean">true</span>') in section
+        assert leaf("input.gone", "gone", '<span class="jt-null">null</span>') in section
+        assert leaf("input.nested.deep.x", "x") in section
+        assert leaf("output.ok", "ok", '<span class="jt-boolean">true</span>') in section
+        assert "&lt;b&gt;bold&lt;/b&gt;" in section and "<b>bold</b>" not in html
+        _no_repr(section)
 
 
 def test_the_audit_log_and_its_csv_show_data_as_json(shop: Project) -> None:

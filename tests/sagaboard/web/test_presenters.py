@@ -192,7 +192,8 @@ def test_the_saga_page_lists_each_approval_under_its_own_step(shop: Project) -> 
     approval = waiting(shop)
     page = login("viewer", shop).get("/sagas/shop/s-1/").content.decode()
     step_html = page[page.index(f'id="step-{approval.step.step_id}"') :]
-    step_html = step_html[: step_html.index("</li>")]
+    step_html = step_html[: step_html.index("</li>\n", step_html.index("approval-record"))]
+    assert step_html.count('class="step"') == 1  # this step's item only
     assert f"Approval #{approval.pk}" in step_html
     assert f'href="/approvals/#approval-{approval.pk}">decide in the queue</a>' in step_html
     assert f'<div class="approval-record" id="approval-{approval.pk}">' in step_html
