@@ -18,6 +18,7 @@ from sagaboard.models.fields import (
 )
 from sagaboard.models.projects import ApiRequest, ApiToken, Project
 from sagaboard.models.records import AuditEntry, Heartbeat, Notification
+from sagaboard.models.saved_views import SavedView
 from sagaboard.models.sagas import OPERATOR_STATES, CompensationAttempt, Event, Saga, Step
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Project",
     "Saga",
     "SagaDriver",
+    "SavedView",
     "Step",
     "VoteDecision",
     "one_of",
