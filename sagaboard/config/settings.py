@@ -152,7 +152,10 @@ TEMPLATES = [
             # ``visible``: ids and names with invisible characters shown (text policy).
             "builtins": ["sagaboard.web.templatetags.sagaboard_text"],
             # The pages' own tags live with the pages (sagaboard/web/), not at the app's root.
-            "libraries": {"sagaboard_json": "sagaboard.web.templatetags.sagaboard_json"},
+            "libraries": {
+                "sagaboard_json": "sagaboard.web.templatetags.sagaboard_json",
+                "sagaboard_list": "sagaboard.web.templatetags.sagaboard_list",
+            },
         },
     },
 ]

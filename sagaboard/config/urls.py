@@ -5,13 +5,15 @@ from django.urls import path
 from django.views.generic import RedirectView
 
 from sagaboard.api.v1 import api
-from sagaboard.web import pages, policy_pages, probes, queue_pages, token_pages
+from sagaboard.web import pages, policy_pages, probes, queue_pages, saved_view_pages, token_pages
 
 handler404 = "sagaboard.web.not_found.page_not_found"
 
 urlpatterns = [
     path("", pages.saga_list, name="saga_list"),
     path("overview/", pages.overview, name="overview"),
+    path("views/", saved_view_pages.saved_view_save, name="saved_view_save"),
+    path("views/<int:pk>/delete/", saved_view_pages.saved_view_delete, name="saved_view_delete"),
     path("healthz", probes.healthz, name="healthz"),
     path("metrics", probes.metrics, name="metrics"),
     path("tokens/", token_pages.token_list, name="token_list"),

@@ -18,8 +18,8 @@ from sagaboard.models.fields import (
 )
 from sagaboard.models.projects import ApiRequest, ApiToken, Project
 from sagaboard.models.records import AuditEntry, Heartbeat, Notification
-from sagaboard.models.saved_views import SavedView
 from sagaboard.models.sagas import OPERATOR_STATES, CompensationAttempt, Event, Saga, Step
+from sagaboard.models.saved_views import SavedView
 
 __all__ = [
     "OPERATOR_STATES",

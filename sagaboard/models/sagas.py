@@ -170,6 +170,11 @@ class Saga(models.Model):
         return self.outcome_summary if self.rollback_failed else ""
 
     @property
+    def running(self) -> bool:
+        """Still going (forward or rolling back): its duration is still growing."""
+        return self.status in (SagaStatus.IN_PROGRESS, SagaStatus.COMPENSATING)
+
+    @property
     def agent_driven(self) -> bool:
         """The agent runs it and reports its times (else sagaboard's engine records them)."""
         return self.driver == SagaDriver.CLIENT
