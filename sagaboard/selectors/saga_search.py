@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from django.db import connection
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.http import QueryDict
 from django.utils import timezone
@@ -359,10 +360,16 @@ def apply(qs: QuerySet[Saga], search: SagaFilter) -> QuerySet[Saga]:
         if getattr(search, name) is not None:
             qs = qs.filter(**{lookup: getattr(search, name)})  # fixed lookups, bound values
     if search.error:
-        qs = qs.filter(pk__in=_steps_with_error(search.error).values("saga_id"))
+        qs = qs.filter(pk__in=_saga_ids(*_error_sql(search.error)))
     for condition in search.json:
-        qs = qs.filter(pk__in=_steps_with_json(condition).values("saga_id"))
+        qs = qs.filter(pk__in=_saga_ids(*_json_sql(condition)))
     return qs
+
+
+def _saga_ids(where: list[str], params: list[Any]) -> RawSQL:
+    """The sagas with a step where all of ``where`` holds (SQL of this module, values bound)."""
+    sql = f"SELECT sagaboard_step.saga_id FROM sagaboard_step WHERE {' AND '.join(where)}"
+    return RawSQL(sql, params)
 
 
 def _status_q(statuses: tuple[str, ...]) -> Q:
@@ -398,7 +405,7 @@ def _in_fts(sql: list[str], params: list[Any], column: str, strings: list[str]) 
         params.append(_fts_match(column, strings))
 
 
-def _steps_with_error(text: str) -> QuerySet[Step]:
+def _error_sql(text: str) -> tuple[list[str], list[Any]]:
     """Steps whose error holds every word of ``text`` (substrings, case-insensitive)."""
     words = _words(text)
     sql: list[str] = []
@@ -413,15 +420,13 @@ def _steps_with_error(text: str) -> QuerySet[Step]:
         for word in words:  # served by the pg_trgm index
             sql.append("sagaboard_step.error ILIKE %s")
             params.append(_like(word))
-    return Step.objects.extra(where=sql, params=params)
+    return sql, params
 
 
-def _steps_with_json(condition: JsonCondition) -> QuerySet[Step]:
+def _json_sql(condition: JsonCondition) -> tuple[list[str], list[Any]]:
     if connection.vendor == "postgresql":
-        sql, params = _postgres_json(condition)
-    else:
-        sql, params = _sqlite_json(condition)
-    return Step.objects.extra(where=sql, params=params)
+        return _postgres_json(condition)
+    return _sqlite_json(condition)
 
 
 def _postgres_json(c: JsonCondition) -> tuple[list[str], list[Any]]:
@@ -482,12 +487,14 @@ def with_row_facts(qs: QuerySet[Saga]) -> QuerySet[Saga]:
             output_field=IntegerField(),
         ),
         failed_tool=Subquery(
-            Step.objects.filter(saga_id=OuterRef("pk"), step_id=OuterRef("failed_step")).values(
-                "tool_name"
-            )[:1]
+            Step.objects.filter(saga_id=OuterRef("pk"), step_id=OuterRef("failed_step"))
+            .order_by()  # one row by the (saga, step_id) key: no sort by position
+            .values("tool_name")[:1]
         ),
         token_label=Subquery(
-            ApiToken.objects.filter(pk=OuterRef("posted_by_token_id")).values("label")[:1]
+            ApiToken.objects.filter(pk=OuterRef("posted_by_token_id"))
+            .order_by()
+            .values("label")[:1]
         ),
     )
 
