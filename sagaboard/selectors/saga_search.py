@@ -59,7 +59,7 @@ ORDERS = ("desc", "asc")
 QUICK_RANGES = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 """``since``: changed within the last hour, day or week (the filter bar's quick ranges)."""
 TIME_FIELDS = ("started_after", "started_before", "updated_after", "updated_before")
-TEXT_FIELDS = ("q", "tool", "error", "actor", "project")
+TEXT_FIELDS = ("project", "q", "tool", "error", "actor")
 MAX_TEXT = 200
 MAX_JSON_CONDITIONS = 5
 MAX_PATH = 10
