@@ -459,8 +459,16 @@ def _sqlite_json(c: JsonCondition) -> tuple[list[str], list[Any]]:
         return sql, [*params, path]
     value = c.value
     plain = isinstance(value, str) and value and not re.search(r'["\\\x00-\x1f]', value)
+    last_key = isinstance(c.path[-1], str)
     if plain:  # stored as "<value>" whatever the writer's separators: a selective string
         _in_fts(sql, params, c.side, [f'"{value}"'])
+    elif last_key and (value is None or isinstance(value, bool | int)):
+        # A number, true, false or null is stored after its key, with or without a space
+        # (json.dumps or orjson wrote it): "order": 17 or "order":17.
+        literal = json.dumps(value)
+        sql.append(f"sagaboard_step.id IN (SELECT rowid FROM {_FTS} WHERE {_FTS} MATCH %s)")
+        either = (f'"{c.path[-1]}": {literal}', f'"{c.path[-1]}":{literal}')
+        params.append(f"{c.side} : ({' OR '.join(_fts_string(e) for e in either)})")
     else:
         _in_fts(sql, params, c.side, keys[-1:])
     if value is None or isinstance(value, bool):

@@ -286,3 +286,19 @@ def test_the_live_filter_agrees_with_the_list(world: dict[str, Any]) -> None:
         "started_after=2026-01-01T00:00",
     ):
         assert saga_search.parse(QueryDict(query)).live_params() is None
+
+
+def test_json_written_compactly_is_found_too(world: dict[str, Any]) -> None:
+    """Ingestion writes JSON with orjson (no spaces), the ORM with json.dumps (spaces)."""
+    from django.db import connection
+
+    step = world["sagas"]["text17"].steps.get()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE sagaboard_step SET input = %s WHERE id = %s",
+            ['{"orderId":42,"ok":true,"tag":null,"name":"x-1"}', step.pk],
+        )
+    assert found(world, "json=input.orderId+%3D+42") == {"text17"}
+    assert found(world, "json=input.ok+%3D+true") == {"text17"}
+    assert found(world, "json=input.tag+%3D+null") == {"text17"}
+    assert found(world, 'json=input.name+%3D+"x-1"') == {"text17"}
