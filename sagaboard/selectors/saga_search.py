@@ -433,8 +433,18 @@ def _json_sql(condition: JsonCondition) -> tuple[list[str], list[Any]]:
 def _postgres_json(c: JsonCondition) -> tuple[list[str], list[Any]]:
     column = f"sagaboard_jsonb(sagaboard_step.{c.side})"  # side: "input" or "output"
     if not c.compare:
+        # jsonb_ops GIN serves containment and key existence, not a path test: narrow by
+        # what the path's parents must be ({"refund": {}} for output.refund.id), then test
+        # the exact path (strict: no looking inside arrays on the way).
         path = "strict $" + "".join(f"[{s}]" if isinstance(s, int) else f'."{s}"' for s in c.path)
-        return [f"{column} @? %s::jsonpath"], [path]
+        if len(c.path) == 1:
+            if isinstance(c.path[0], int):
+                return [f"{column} @? %s::jsonpath"], [path]
+            return [f"{column} ? %s", f"{column} @? %s::jsonpath"], [c.path[0], path]
+        parents: Any = [] if isinstance(c.path[-1], int) else {}
+        for segment in reversed(c.path[:-1]):
+            parents = [parents] if isinstance(segment, int) else {segment: parents}
+        return [f"{column} @> %s::jsonb", f"{column} @? %s::jsonpath"], [json.dumps(parents), path]
     document: Any = c.value
     for segment in reversed(c.path):
         document = [document] if isinstance(segment, int) else {segment: document}
