@@ -131,6 +131,10 @@ class SagaFilter:
     updated_before: datetime | None = None
     sort: str = "updated"
     order: str = "desc"
+    box: str = ""
+    """The search box as typed (``q``): a name or id prefix (then ``q`` holds it too), or a
+    condition that ``from_box`` names the field of (``json``: the first of ``json``)."""
+    from_box: str = ""
 
     @property
     def newest_first(self) -> bool:
@@ -167,15 +171,15 @@ class SagaFilter:
     def to_query(self) -> QueryDict:
         """The filter as a canonical query string (no cursor): what a saved view keeps."""
         query = QueryDict(mutable=True)
-        for name in TEXT_FIELDS:
-            if getattr(self, name):
-                query[name] = getattr(self, name)
+        for name, value in self.bar().items():
+            if value:
+                query[name] = value
         query.setlist("status", list(self.statuses))
         if self.outcome:
             query["outcome"] = self.outcome
         if self.waiting:
             query["waiting"] = "1"
-        query.setlist("json", [c.text() for c in self.json])
+        query.setlist("json", [c.text() for c in self.bar_json()])
         if self.since:
             query["since"] = self.since
         for name in TIME_FIELDS:
@@ -185,6 +189,19 @@ class SagaFilter:
         if not self.newest_first:
             query["sort"], query["order"] = self.sort, self.order
         return query
+
+    def bar(self) -> dict[str, str]:
+        """The text fields as the form shows them: the box as typed, the filter bar's fields
+        without what the box put there."""
+        found = {name: getattr(self, name) for name in TEXT_FIELDS}
+        found["q"] = self.box or self.q
+        if self.from_box in found:
+            found[self.from_box] = ""
+        return found
+
+    def bar_json(self) -> tuple[JsonCondition, ...]:
+        """The filter bar's JSON conditions (the box's, if it held one, is first)."""
+        return self.json[1:] if self.from_box == "json" else self.json
 
     def sorted_by(self, sort: str) -> SagaFilter:
         """This filter sorted by ``sort``: descending first, then the other way round."""
@@ -199,7 +216,8 @@ def parse(query: QueryDict) -> SagaFilter:
     """The filter a list URL's query string asks for; ``SearchError`` names a bad field."""
     text = {name: _text(query, name) for name in (*TEXT_FIELDS, "since", "sort", "order")}
     found: dict[str, Any] = {name: text[name] for name in TEXT_FIELDS}
-    found.update(_search_box(text["q"]))
+    found["box"] = text["q"]
+    found.update(_search_box(text["q"], found))
     found["statuses"] = _statuses(query.getlist("status"))
     found["outcome"] = _choice("outcome", _text(query, "outcome"), list(RollbackOutcome))
     found["waiting"] = query.get("waiting", "") in ("1", "on", "true")
@@ -237,14 +255,16 @@ def _texts(query: QueryDict, name: str) -> list[str]:
     return values
 
 
-def _search_box(q: str) -> dict[str, Any]:
+def _search_box(q: str, bar: dict[str, Any]) -> dict[str, Any]:
     """The search box: a name or id prefix, or one ``input.``/``output.`` JSON condition,
     or ``tool:``, ``error:`` or ``actor:`` followed by what to find."""
     if _CONDITION.match(q) or q.startswith(("input.", "output.", "input[", "output[")):
-        return {"q": "", "json": [_condition("q", q)]}
+        return {"q": "", "json": [_condition("q", q)], "from_box": "json"}
     prefix, sep, rest = q.partition(":")
     if sep and prefix in ("tool", "error", "actor") and rest.strip():
-        return {"q": "", prefix: rest.strip()}
+        if bar[prefix] and bar[prefix] != rest.strip():
+            raise SearchError("q", f"{prefix} is also in the filter bar; give it once")
+        return {"q": "", prefix: rest.strip(), "from_box": prefix}
     return {}
 
 

@@ -132,3 +132,15 @@ def test_a_project_not_mine_shows_nothing(alice: dict[str, Any]) -> None:
     build(theirs)
     assert ids(get(alice, "/?project=theirs")) == []
     assert len(ids(get(alice, "/"))) == 5
+
+
+def test_the_box_keeps_what_was_typed_and_the_bar_its_own(alice: dict[str, Any]) -> None:
+    page = get(alice, "/?q=input.orderId+%3D+%22o-17%22&tool=refund_payment")
+    assert 'name="q" value="input.orderId = &quot;o-17&quot;"' in page
+    assert 'name="json" value=""' in page and 'name="tool" value="refund_payment"' in page
+    assert ids(page) == ["s-refund"]
+    response = alice["client"].get("/?q=tool:a&tool=b")
+    assert (
+        response.status_code == 400
+        and "q: tool is also in the filter bar" in response.content.decode()
+    )
