@@ -33,7 +33,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from django.db import connection
-from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models import (
+    Count,
+    Exists,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.http import QueryDict
@@ -366,7 +375,10 @@ def apply(qs: QuerySet[Saga], search: SagaFilter) -> QuerySet[Saga]:
     if search.q:
         qs = qs.filter(Q(name__istartswith=search.q) | Q(saga_id__startswith=search.q))
     if search.tool:
-        qs = qs.filter(pk__in=Step.objects.filter(tool_name=search.tool).values("saga_id"))
+        # EXISTS, not IN: a tool is usually common, and SQLite then walks the sort's index
+        # and probes (tool_name, saga) per saga, where IN would list every saga of the tool.
+        uses = Step.objects.filter(saga_id=OuterRef("pk"), tool_name=search.tool)
+        qs = qs.filter(Exists(uses))
     if search.actor:
         tokens = ApiToken.objects.filter(Q(label=search.actor) | Q(prefix=search.actor))
         qs = qs.filter(posted_by_token__in=tokens.values("pk"))
