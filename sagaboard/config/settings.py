@@ -160,6 +160,7 @@ TEMPLATES = [
                 "sagaboard_json": "sagaboard.web.templatetags.sagaboard_json",
                 "sagaboard_links": "sagaboard.web.templatetags.sagaboard_links",
                 "sagaboard_payload": "sagaboard.web.templatetags.sagaboard_payload",
+                "sagaboard_list": "sagaboard.web.templatetags.sagaboard_list",
             },
         },
     },

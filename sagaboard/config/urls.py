@@ -14,6 +14,7 @@ from sagaboard.web import (
     policy_pages,
     probes,
     queue_pages,
+    saved_view_pages,
     token_pages,
 )
 
@@ -22,6 +23,8 @@ handler404 = "sagaboard.web.not_found.page_not_found"
 urlpatterns = [
     path("", pages.saga_list, name="saga_list"),
     path("overview/", pages.overview, name="overview"),
+    path("views/", saved_view_pages.saved_view_save, name="saved_view_save"),
+    path("views/<int:pk>/delete/", saved_view_pages.saved_view_delete, name="saved_view_delete"),
     path("healthz", probes.healthz, name="healthz"),
     path("metrics", probes.metrics, name="metrics"),
     path("tokens/", token_pages.token_list, name="token_list"),

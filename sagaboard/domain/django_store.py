@@ -29,6 +29,7 @@ from sagaboard.domain.record_columns import (
     record_from,
 )
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
+from sagaboard.models.sagas import elapsed_ms
 from sagaboard.selectors import rollback_outcomes
 from undo_core import CompensationAttempt as AttemptRecord
 from undo_core import (
@@ -104,6 +105,7 @@ class DjangoStore:
                 fence(saga, record, check_lease=check_lease)
             copy_saga(saga, record)
             saga.changed_at = now
+            saga.duration_ms = elapsed_ms(saga.received_at, now)
             found = _outcome(saga, step)
             saga.save()
             created = None

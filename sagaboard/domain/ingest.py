@@ -14,6 +14,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -38,6 +39,7 @@ from sagaboard.domain.record_columns import (
 from sagaboard.errors import ServiceError
 from sagaboard.infra import limits
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
+from sagaboard.models.sagas import elapsed_ms
 from sagaboard.selectors import rollback_outcomes
 from undo_core import (
     ChangeRefused,
@@ -75,7 +77,7 @@ _STEP_RECORD = [name for name in STEP_MIRRORED if name not in STEP_OWN_ROWS]
 # server's own (its clock, the rollback outcome kept on the row).
 _SAGA_COLUMNS = [
     *(name for name in SagaRecord._fields if name not in ("id", "created_at")),
-    "changed_at", "outcome", "outcome_summary", "waiting_for",
+    "changed_at", "duration_ms", "outcome", "outcome_summary", "waiting_for",
 ]  # fmt: skip
 _STEP_COLUMNS = [*_STEP_RECORD, "undo", "changed_at"]
 _stored_saga = raw_reader(Saga, SagaRecord, _SAGA_RECORD, SAGA_RENAMED)
@@ -95,6 +97,12 @@ _MAY_HAVE_ATTEMPTS = {
 }  # fmt: skip
 
 
+def _aware(value: Any) -> datetime:
+    """A datetime column as a raw read gives it (SQLite: naive UTC, or text), made aware."""
+    at = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
 class _Batch:
     """The rows a batch touches, loaded once, changed in memory, written in bulk.
 
@@ -112,7 +120,7 @@ class _Batch:
             # Lock the sagas this batch changes: concurrent batches for one saga serialise
             # here. What the rules compare is loaded; written columns come from events.
             sagas = send_select(
-                Saga, ["id", "project_id", "saga_id", "driver", *_SAGA_RECORD], {
+                Saga, ["id", "project_id", "saga_id", "driver", "received_at", *_SAGA_RECORD], {
                     "project": project.pk, "saga_id": saga_ids
                 }, for_update=True,
             )  # fmt: skip
@@ -139,6 +147,7 @@ class _Batch:
         self.records: dict[str, SagaRecord] = {}
         for row in self.sagas.values():
             row.pk = row.id
+            row.received_at = _aware(row.received_at)
             self.records[row.saga_id] = _stored_saga(row)
             row.created_at = None
         by_pk = {s.pk: s.saga_id for s in self.sagas.values()}
@@ -202,6 +211,7 @@ class _Batch:
         saga.dirty = True
         copy_saga(saga, record)
         saga.changed_at = self.now
+        saga.duration_ms = elapsed_ms(saga.received_at, self.now)
         self.records[record.id] = record
         if snapshot is not None:
             key = (saga.saga_id, snapshot.id)

@@ -278,7 +278,7 @@ def _render_detail(saga_pk: int, log_id: int) -> str:
 
 @database_sync_to_async
 def _render_row(saga_pk: int, log_id: int) -> tuple[Saga, frozenset[str], str]:
-    saga = Saga.objects.select_related("project").get(pk=saga_pk)
+    saga = visible.saga_row(saga_pk)  # with what the list's row shows (step count, ...)
     tools = frozenset(saga.steps.values_list("tool_name", flat=True))
     return saga, tools, fragments.saga_row(saga, log_id)
 

@@ -19,6 +19,7 @@ from sagaboard.models.fields import (
 from sagaboard.models.projects import ApiRequest, ApiToken, Project
 from sagaboard.models.records import AuditEntry, Heartbeat, Notification
 from sagaboard.models.sagas import OPERATOR_STATES, CompensationAttempt, Event, Saga, Step
+from sagaboard.models.saved_views import SavedView
 from sagaboard.models.tool_health import ToolRollup, ToolRollupCursor, ToolRollupMark
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "Project",
     "Saga",
     "SagaDriver",
+    "SavedView",
     "Step",
     "ToolRollup",
     "ToolRollupCursor",

@@ -7,6 +7,8 @@ never a second copy here. Agent-supplied values are JSON *text* (``fields.JSONTe
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from django.db import models
 from django.utils import timezone
 
@@ -24,6 +26,11 @@ from undo_core import (
     status_text,
     waiting_text,
 )
+
+
+def elapsed_ms(start: datetime, end: datetime) -> int:
+    """Milliseconds from ``start`` to ``end`` (never negative): ``Saga.duration_ms``."""
+    return max(0, (end - start) // timedelta(milliseconds=1))
 
 
 class Saga(models.Model):
@@ -51,6 +58,10 @@ class Saga(models.Model):
     retention's guard or pin it to the top of every list. Operators' requests and
     decisions are events of their own; what they lead the engine to do moves it.
     """
+    duration_ms = models.BigIntegerField(default=0, db_default=0)
+    """``changed_at - received_at`` in milliseconds, by the server's clock: how long the saga
+    took (or, while it runs, had taken at its last change). Kept by every write that moves
+    ``changed_at`` (``elapsed_ms``), so the list can sort by it through an index."""
     seq = models.BigIntegerField(default=0)
     next_step_number = models.IntegerField(default=1)
     options = JSONTextField(default=dict)
@@ -105,6 +116,9 @@ class Saga(models.Model):
             models.Index(
                 fields=["project", "waiting_for", "-changed_at", "-id"], name="saga_project_waiting"
             ),
+            # The list's other sorts (``saga_search.SORTS``): started and duration.
+            models.Index(fields=["project", "-received_at", "-id"], name="saga_project_started"),
+            models.Index(fields=["project", "-duration_ms", "-id"], name="saga_project_duration"),
         ]
 
     def __str__(self) -> str:
@@ -154,6 +168,11 @@ class Saga(models.Model):
         """What a failed rollback holds ("1 undo failed"), said beside its bare badge ('' if
         not failed: a ROLLED BACK badge says it in its own text, see ``status_badge``)."""
         return self.outcome_summary if self.rollback_failed else ""
+
+    @property
+    def running(self) -> bool:
+        """Still going (forward or rolling back): its duration is still growing."""
+        return self.status in (SagaStatus.IN_PROGRESS, SagaStatus.COMPENSATING)
 
     @property
     def agent_driven(self) -> bool:

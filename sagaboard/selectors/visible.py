@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Collection, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet
 
 from sagaboard.infra.limits import BIGINT
 from sagaboard.models import Approval, CompensationAttempt, Event, Project, Saga, Step
+from sagaboard.selectors import saga_search
 
-
-class BadCursor(ValueError):
-    pass
+BadCursor = saga_search.BadCursor
 
 
 def saga_get_for_project(*, project: Project, saga_id: str) -> Saga | None:
@@ -37,23 +33,9 @@ def saga_get_for_project(*, project: Project, saga_id: str) -> Saga | None:
     )
 
 
-def encode_cursor(saga: Saga) -> str:
-    raw = json.dumps([saga.changed_at.isoformat(), saga.pk]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, int]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        updated, pk = json.loads(raw)
-        at, pk = datetime.fromisoformat(updated), int(pk)
-        # A forged cursor's time or key must still fit the columns it is compared with.
-        if at.tzinfo is None or not 0 < pk <= BIGINT:
-            raise ValueError("out of range")
-        at.astimezone(UTC)
-        return at, pk
-    except (ValueError, TypeError, OverflowError) as err:
-        raise BadCursor("cursor is not one this server issued") from err
+def encode_cursor(saga: Saga, search: saga_search.SagaFilter | None = None) -> str:
+    """The list's page link after ``saga`` (newest first unless ``search`` sorts otherwise)."""
+    return saga_search.encode_cursor(saga, search)
 
 
 def projects_for_user(user: Any) -> list[Project]:
@@ -134,53 +116,34 @@ def saga_list(
     limit: int = 50,
     outcome: str | None = None,
     waiting: bool = False,
+    search: saga_search.SagaFilter | None = None,
 ) -> tuple[list[Saga], str | None]:
-    """Sagas of ``projects``, newest first, one keyset page; ``BadCursor`` for a forged cursor.
+    """Sagas of ``projects``, one keyset page; ``BadCursor`` for a forged cursor.
 
-    "Newest" and ``updated_after`` / ``updated_before`` are the server's clock: when it
-    last stored a change to the saga (``changed_at``), never the time the agent reported.
+    ``search`` (``saga_search.parse`` of a list URL) says everything: filters and sort.
+    Without it the keywords make one, newest first (the API's filters). "Newest" and
+    ``updated_after`` / ``updated_before`` are the server's clock: when it last stored a
+    change to the saga (``changed_at``), never the time the agent reported.
     ``outcome``: CLEAN or WITH_EXCEPTIONS (how a rollback came to rest); ``waiting``: only
     sagas whose rollback waits for a person (an approver or an operator).
     """
-    if not projects:
-        return [], None
-    by_pk = {p.pk: p for p in projects}
-    # No join on the project (the caller has it): with one, SQLite's planner leaves the
-    # (project, -changed_at, -id) index and sorts the whole project in a temp B-tree.
-    qs: QuerySet[Saga] = (
-        Saga.objects.filter(project=projects[0])
-        if len(projects) == 1
-        else Saga.objects.filter(project__in=list(by_pk))
-    )
-    if statuses:
-        qs = qs.filter(status__in=list(statuses))
-    if outcome:
-        qs = qs.filter(outcome=outcome)
-    if waiting:
-        qs = qs.filter(waiting_for__isnull=False)
-    if tool:
-        qs = qs.filter(Q(pk__in=Step.objects.filter(tool_name=tool).values("saga_id")))
-    if q:
-        qs = qs.filter(Q(name__istartswith=q) | Q(saga_id__startswith=q))
-    if updated_after:
-        qs = qs.filter(changed_at__gt=updated_after)
-    if updated_before:
-        qs = qs.filter(changed_at__lt=updated_before)
-    if cursor:
-        updated, pk = decode_cursor(cursor)
-        # A row-value comparison walks the index from the cursor on; the equivalent
-        # OR of two conditions makes the planner scan from the top of the project.
-        table = connection.ops.quote_name(Saga._meta.db_table)
-        qs = qs.extra(
-            where=[f"({table}.changed_at, {table}.id) < (%s, %s)"],
-            params=[connection.ops.adapt_datetimefield_value(updated), pk],
+    if search is None:
+        search = saga_search.SagaFilter(
+            statuses=tuple(statuses),
+            tool=tool or "",
+            q=q or "",
+            updated_after=updated_after,
+            updated_before=updated_before,
+            outcome=outcome or "",
+            waiting=waiting,
         )
-    rows = list(qs.order_by("-changed_at", "-id")[: limit + 1])
-    more = len(rows) > limit
-    rows = rows[:limit]
-    for row in rows:
-        row.project = by_pk[row.project_id]
-    return rows, (encode_cursor(rows[-1]) if more and rows else None)
+    return saga_search.page(search, list(projects), cursor=cursor, limit=limit)
+
+
+def saga_row(saga_pk: int) -> Saga:
+    """One saga as a list row shows it (``saga_search.with_row_facts``), with its project."""
+    saga: Saga = saga_search.with_row_facts(Saga.objects.select_related("project")).get(pk=saga_pk)
+    return saga
 
 
 def event_list_for_saga(*, saga: Saga, after: int = 0, limit: int = 500) -> list[Event]:

@@ -24,6 +24,7 @@ from sagaboard.models import (
     Notification,
     Project,
     Saga,
+    SavedView,
     Step,
     ToolRollup,
     ToolRollupCursor,
@@ -132,6 +133,13 @@ class NotificationAdmin(ReadOnlyAdmin):
 @admin.register(Heartbeat)
 class HeartbeatAdmin(ReadOnlyAdmin):
     list_display = ["name", "at"]
+
+
+@admin.register(SavedView)
+class SavedViewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ["name", "user", "project", "shared", "created_at"]
+    list_filter = ["shared", "project"]
+    search_fields = ["name", "user__username"]
 
 
 @admin.register(ToolRollup, ToolRollupMark, ToolRollupCursor)

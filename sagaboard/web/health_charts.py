@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sagaboard.selectors.tool_health import Health
+from sagaboard.web import times
 
 SPAN = 336.0
 HEIGHT = 80.0
@@ -96,18 +97,8 @@ class DurationChart:
 
 
 def duration_text(ms: float | None) -> str:
-    """A duration as people read it: 0.5 ms, 180 ms, 2.4 s, 3.1 min, 1.2 h."""
-    if ms is None:
-        return "-"
-    if ms < 10:
-        return f"{ms:.1f} ms"
-    if ms < 1000:
-        return f"{ms:.0f} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    if ms < 3_600_000:
-        return f"{ms / 60_000:.1f} min"
-    return f"{ms / 3_600_000:.1f} h"
+    """Milliseconds as the pages write every duration (``times.duration_text``); "-" if none."""
+    return "-" if ms is None else times.duration_text(ms / 1000)
 
 
 def duration_chart(bars: Sequence[Health], *, undo: bool, daily: bool = False) -> DurationChart:

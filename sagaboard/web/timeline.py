@@ -29,6 +29,7 @@ from itertools import pairwise
 
 from sagaboard.infra import permalinks, text_policy
 from sagaboard.models import OPERATOR_STATES, Approval, Saga, Step
+from sagaboard.web.times import duration_text
 from undo_core import AttemptOutcome, SagaStatus, StepState
 
 LABEL_WIDTH = 200.0
@@ -67,26 +68,6 @@ FAILED_OUTCOMES = frozenset(
 
 
 # ------------------------------------------------------------------ text
-
-
-def duration_text(seconds: float) -> str:
-    """A duration as people say it: "300 ms", "1.2 s", "12 s", "2 min 5 s", "3 h 10 min"."""
-    if seconds < 0.0005:
-        return "<1 ms" if seconds > 0 else "0 ms"
-    if seconds < 1:
-        return f"{round(seconds * 1000)} ms"
-    if seconds < 9.95:
-        return f"{seconds:.1f} s"
-    whole = round(seconds)
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        big, small, units = *divmod(whole, 60), ("min", "s")
-    elif whole < 86400:
-        big, small, units = whole // 3600, whole % 3600 // 60, ("h", "min")
-    else:
-        big, small, units = whole // 86400, whole % 86400 // 3600, ("d", "h")
-    return f"{big} {units[0]} {small} {units[1]}" if small else f"{big} {units[0]}"
 
 
 def _shown(text: str) -> str:

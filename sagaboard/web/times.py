@@ -112,3 +112,23 @@ def zone_choice(cookies: Any) -> str:
     """The zone the reader chose last (the cookie times.js sets), ``utc`` by default."""
     value = cookies.get(TIME_ZONE_COOKIE, "") if cookies is not None else ""
     return value if value in ZONES else "utc"
+
+
+def duration_text(seconds: float) -> str:
+    """A duration as people say it, on every page (timeline, list, undo attempts, tool health): "300 ms", "1.2 s", "12 s", "2 min 5 s", "3 h 10 min"."""
+    if seconds < 0.0005:
+        return "<1 ms" if seconds > 0 else "0 ms"
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds < 9.95:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        big, small, units = *divmod(whole, 60), ("min", "s")
+    elif whole < 86400:
+        big, small, units = whole // 3600, whole % 3600 // 60, ("h", "min")
+    else:
+        big, small, units = whole // 86400, whole % 86400 // 3600, ("d", "h")
+    return f"{big} {units[0]} {small} {units[1]}" if small else f"{big} {units[0]}"

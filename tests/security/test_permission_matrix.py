@@ -42,6 +42,7 @@ from sagaboard.models import (
     Event,
     Project,
     Saga,
+    SavedView,
     Step,
 )
 from tests.support.agent_runs import Recorder, paused_storebot_events
@@ -154,8 +155,12 @@ def _build() -> World:
     manual_flow.saga_begin(project=shop, event_id="m-3", name="manual", saga_id="manual-2",
                      token_pk=None)  # fmt: skip
 
+    saved = SavedView.objects.create(
+        user=users["viewer"], name="mine", query="project=shop", project=shop
+    )
     values = {
         "shop_pk": shop.pk,
+        "saved_view": saved.pk,
         "saga_id": waiting.saga_id,
         "saga_pk": waiting.pk,
         "approval": Approval.objects.get(saga=waiting, status="PENDING").pk,

@@ -25,7 +25,7 @@ from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 
 from sagaboard.infra.text_policy import visible
-from sagaboard.web import payloads
+from sagaboard.web import payloads, times
 
 register = template.Library()
 
@@ -210,14 +210,7 @@ def step_attempts(step: Any, saga: Any) -> StepAttempts:
 
 @register.filter
 def duration(attempt: Any) -> str:
-    """How long an undo attempt took: ``1.234 s``, ``2 min 5 s``; ``running`` if unfinished."""
+    """How long an undo attempt took (``times.duration_text``); ``running`` if unfinished."""
     if attempt.finished_at is None:
         return "running"
-    seconds = (attempt.finished_at - attempt.started_at).total_seconds()
-    if seconds < 60:
-        return f"{seconds:.3f} s"
-    minutes, rest = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {rest} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min"
+    return times.duration_text((attempt.finished_at - attempt.started_at).total_seconds())

@@ -52,6 +52,12 @@ def when(
     )
 
 
+@register.filter
+def iso(value: datetime | None) -> str:
+    """A time as a machine reads it (``<time datetime>``, ``data-started``): UTC ISO 8601."""
+    return "" if value is None else times.iso(value)
+
+
 @register.inclusion_tag("sagaboard/_time_toggle.html", takes_context=True)
 def time_zone_toggle(context: template.Context) -> dict[str, Any]:
     request = context.get("request")
