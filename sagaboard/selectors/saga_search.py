@@ -221,6 +221,10 @@ class SagaFilter:
 # ---------------------------------------------------------------- parsing
 
 
+WAITING_VALUES = ("1", "on", "true", "0", "off", "false")
+"""What the ``waiting`` parameter may say: the first three mean yes (a checkbox sends "1")."""
+
+
 def parse(query: QueryDict) -> SagaFilter:
     """The filter a list URL's query string asks for; ``SearchError`` names a bad field."""
     text = {name: _text(query, name) for name in (*TEXT_FIELDS, "since", "sort", "order")}
@@ -229,13 +233,12 @@ def parse(query: QueryDict) -> SagaFilter:
     found.update(_search_box(text["q"], found))
     found["statuses"] = _statuses(query.getlist("status"))
     found["outcome"] = _choice("outcome", _text(query, "outcome"), list(RollbackOutcome))
-    found["waiting"] = query.get("waiting", "") in ("1", "on", "true")
+    found["waiting"] = _choice("waiting", _text(query, "waiting"), list(WAITING_VALUES)) in WAITING_VALUES[:3]
     conditions = [*found.pop("json", ()), *(_condition("json", j) for j in _texts(query, "json"))]
     if len(conditions) > MAX_JSON_CONDITIONS:
         raise SearchError("json", f"at most {MAX_JSON_CONDITIONS} JSON conditions")
     found["json"] = tuple(conditions)
-    # An unknown quick range is ignored, as the list always did (its select offers three).
-    found["since"] = text["since"] if text["since"] in QUICK_RANGES else ""
+    found["since"] = _choice("since", text["since"], list(QUICK_RANGES))
     for name in TIME_FIELDS:
         found[name] = _time(name, _text(query, name))
     for first, last in (("started_after", "started_before"), ("updated_after", "updated_before")):

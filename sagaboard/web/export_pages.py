@@ -1,6 +1,6 @@
 """Export the sagas a list filter selects: ``/sagas/export.csv`` and ``/sagas/export.jsonl``.
 
-They take the saga list's query string (``selectors.export.parse_filter``), stream the
+They take the saga list's query string (``selectors.saga_search.parse``), stream the
 rows as they are read (``StreamingHttpResponse`` over keyset chunks: constant memory at
 any size), and audit who exported what. CSV cells that a spreadsheet would run as a
 formula (starting with = + - @, a tab or a CR) get a leading apostrophe.
@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from sagaboard.domain import audit
-from sagaboard.selectors import export, visible
+from sagaboard.selectors import export, saga_search, visible
 
 COLUMNS = ["id", "name", "project", "status", "outcome", "started", "updated",
            "duration_seconds", "step_count", "failed_step", "failed_tool"]  # fmt: skip
@@ -84,7 +84,7 @@ def jsonl_lines(rows: Iterable[export.ExportRow], *, steps: bool) -> Iterator[st
                             "completed_at": _iso(step["completed_at"])})  # fmt: skip
 
 
-def _filename(f: export.SagaFilter, extension: str) -> str:
+def _filename(f: saga_search.SagaFilter, extension: str) -> str:
     """Only [a-z0-9-] from the filter (a project slug), so the header needs no quoting."""
     scope = "".join(c for c in f.project.lower() if c.isascii() and (c.isalnum() or c == "-"))
     stamp = timezone.now().astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -95,16 +95,19 @@ def _export(request: HttpRequest, what: str) -> HttpResponse:
     steps_param = request.GET.get("steps", "")
     try:
         if steps_param not in ("", "0", "1"):
-            raise export.BadFilter("steps: must be 1 or 0")
+            raise saga_search.SearchError("steps", "must be 1 or 0")
         if steps_param == "1" and what == "csv":
-            raise export.BadFilter("steps: one line per step is for JSON Lines (export.jsonl)")
-        f = export.parse_filter(request.GET)
+            raise saga_search.SearchError(
+                "steps", "one line per step is for JSON Lines (export.jsonl)"
+            )
+        f = saga_search.parse(request.GET)
         projects = export.projects_chosen(visible.projects_for_user(request.user), f)
-    except export.BadFilter as err:
+    except saga_search.SearchError as err:
         return render(request, "sagaboard/bad_request.html", {"message": str(err)}, status=400)
     steps = steps_param == "1"
+    chosen = {name: values for name, values in f.to_query().lists() if values}
     audit.export_recorded(user=request.user, projects=projects, what=what,
-                          data={"format": what, "filter": f.as_dict(), "steps": steps})  # fmt: skip
+                          data={"format": what, "filter": chosen, "steps": steps})  # fmt: skip
     rows = export.export_rows(projects, f, steps=steps)
     if what == "csv":
         body, content_type = csv_lines(rows), "text/csv; charset=utf-8"

@@ -115,7 +115,8 @@ def zone_choice(cookies: Any) -> str:
 
 
 def duration_text(seconds: float) -> str:
-    """A duration as people say it, on every page (timeline, list, undo attempts, tool health): "300 ms", "1.2 s", "12 s", "2 min 5 s", "3 h 10 min"."""
+    """A duration as people say it, on every page (timeline, list, undo attempts, tool
+    health): "300 ms", "1.2 s", "12 s", "2 min 5 s", "3 h 10 min"."""
     if seconds < 0.0005:
         return "<1 ms" if seconds > 0 else "0 ms"
     if seconds < 1:

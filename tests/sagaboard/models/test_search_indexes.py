@@ -1,4 +1,4 @@
-"""The search indexes of migration 0013_search_list_and_search: made, used, and in step with the steps.
+"""The search indexes (migration 0013_search_list_and_search): made, used, in step with steps.
 
 SQLite keeps an FTS5 external-content table by triggers (the delete and update triggers
 send FTS5's 'delete' command with the old values); PostgreSQL has GIN indexes over the

@@ -137,7 +137,8 @@ def test_the_saga_list_filters_by_time_range(world: dict[str, Any]) -> None:
     recent = world["client"].get("/?since=1h").content.decode()
     assert "fresh" in recent and "stale" not in recent
     assert "stale" in world["client"].get("/?since=24h").content.decode()
-    assert "stale" in world["client"].get("/?since=bogus").content.decode()  # ignored, not a 500
+    bogus = world["client"].get("/?since=bogus")
+    assert bogus.status_code == 400 and "since: unknown value" in bogus.content.decode()
 
 
 def test_needs_attention_lists_every_waiting_state_oldest_first(world: dict[str, Any]) -> None:

@@ -41,7 +41,7 @@ def test_rows_show_start_duration_steps_failing_step_and_who_ran_it(alice: dict[
     page = get(alice, "/?q=s-failed")
     (row,) = re.findall(r'<tr id="saga-\d+">.*?</tr>', page, re.S)
     assert "2026-03-01 14:00:00" in row  # started: received by the server
-    assert "20 min 0 s" in row  # duration (stored: 2 x 10 min)
+    assert "20 min" in row  # duration (stored: 2 x 10 min)
     assert "<td>2</td>" in row  # two steps
     assert "<code>step-2</code>" in row and "charge_card" in row  # the failing step, its tool
     assert "sagaboard" in row and "token storebot" in row  # run by
@@ -51,7 +51,7 @@ def test_rows_show_start_duration_steps_failing_step_and_who_ran_it(alice: dict[
 
 def test_a_running_saga_s_duration_ticks(alice: dict[str, Any]) -> None:
     page = get(alice, "/?q=s-refund")
-    assert re.search(r'<time class="duration" data-started="2026-03-01T12:00:00\+00:00">', page)
+    assert re.search(r'<time class="duration" data-started="2026-03-01T12:00:00.000Z">', page)
     done = get(alice, "/?q=s-failed")
     assert 'class="duration"' not in done and "duration-done" in done
 
