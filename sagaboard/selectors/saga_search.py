@@ -233,7 +233,8 @@ def parse(query: QueryDict) -> SagaFilter:
     found.update(_search_box(text["q"], found))
     found["statuses"] = _statuses(query.getlist("status"))
     found["outcome"] = _choice("outcome", _text(query, "outcome"), list(RollbackOutcome))
-    found["waiting"] = _choice("waiting", _text(query, "waiting"), list(WAITING_VALUES)) in WAITING_VALUES[:3]
+    waiting = _choice("waiting", _text(query, "waiting"), list(WAITING_VALUES))
+    found["waiting"] = waiting in WAITING_VALUES[:3]
     conditions = [*found.pop("json", ()), *(_condition("json", j) for j in _texts(query, "json"))]
     if len(conditions) > MAX_JSON_CONDITIONS:
         raise SearchError("json", f"at most {MAX_JSON_CONDITIONS} JSON conditions")
