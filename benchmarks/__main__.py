@@ -2,8 +2,8 @@
 
 ``make bench`` runs each module (``benchmarks.engine``, ``.ingest``, ``.live_latency``,
 ``.approval``, ``.pages``, ``.tool_health``, ``.search``, ``.memory``) in its own process
-against a live local system on 127.0.0.1 and writes ``docs/benchmarks.md``: the machine and versions,
-then each figure's median and spread over the runs and its ratio to a floor
+against a live local system on 127.0.0.1 and writes ``docs/benchmarks.md``: the machine and
+versions, then each figure's median and spread over the runs and its ratio to a floor
 measured in the same runs, with the published aims. ``benchmarks/commentary.md``
 (what each figure means, why an aim is missed) is appended as written.
 
