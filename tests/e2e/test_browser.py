@@ -222,11 +222,17 @@ def test_the_list_shows_an_sdk_saga_arrive_and_change_live_keeping_filter_and_sc
     page = tab.page
     rows = page.locator("#saga-rows tr").count()  # the demo's storebot sagas, 30 older ones
     assert rows > 30
-    page.evaluate("window.scrollTo(0, 400)")
-    page.wait_for_function("window.scrollY === 400")
+    # Scrolled into the rows (past the filter bar), 200 px below the table's top.
+    y = page.evaluate(
+        "Math.round(document.querySelector('#saga-rows').getBoundingClientRect().top"
+        " + window.scrollY + 200)"
+    )
+    page.evaluate(f"window.scrollTo(0, {y})")
+    page.wait_for_function(f"window.scrollY === {y}")
     # The row at the top of the window: it should stay where the user sees it.
     anchor = page.evaluate(
-        "(() => { const tr = document.elementFromPoint(300, 200).closest('tr');"
+        "(() => { const tr = [...document.querySelectorAll('#saga-rows tr')]"
+        ".find(r => r.getBoundingClientRect().top > 150);"
         " return [tr.id, tr.getBoundingClientRect().top]; })()"
     )
     tab.mark()
@@ -246,7 +252,10 @@ def test_the_list_shows_an_sdk_saga_arrive_and_change_live_keeping_filter_and_sc
 
     tab.assert_not_reloaded()
     expect(row(tab, saga_id)).to_have_count(1)  # updated in place, not repeated
-    assert page.locator("#saga-rows tr").first.locator("code").inner_text() == saga_id
+    assert (
+        page.locator("#saga-rows tr").first.locator("td").first.locator("code").inner_text()
+        == saga_id
+    )
     expect(page.locator("#saga-rows tr")).to_have_count(rows + 1)
     # The filter is kept: in the URL, in the search box, and on the live feed (the
     # decoy saga, sent before the saga above, never arrived).
@@ -254,7 +263,7 @@ def test_the_list_shows_an_sdk_saga_arrive_and_change_live_keeping_filter_and_sc
     expect(page.locator("input[name=q]")).to_have_value("storebot")
     expect(row(tab, f"{saga_id}-decoy")).to_have_count(0)
     # The scroll position is kept: the rows the user looked at did not move.
-    assert page.evaluate("window.scrollY") >= 400
+    assert page.evaluate("window.scrollY") >= y
     anchor_id, anchor_top = anchor
     top = page.evaluate(f"document.getElementById('{anchor_id}').getBoundingClientRect().top")
     assert abs(top - anchor_top) <= 1, f"the row the user saw moved from {anchor_top} to {top}"
