@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -365,11 +366,21 @@ def test_hostile_text_from_agents_and_people_stays_text_everywhere_under_a_stric
     assert_inert(attention, HANDLER_TOOL, WEBHOOK_TOOL, CLIENT_TOOL_A, HANDLER,
                  CLIENT_UNDO_ERROR, SERVER_NAME, CLIENT_NAME)  # fmt: skip
     attention.screenshot("xss-needs-attention.png")
+    # Let the rollback come to rest first: a later live update redraws the items, and
+    # with them their ticks.
+    with SagaboardClient(site.url, site.token) as api:
+        deadline = time.monotonic() + 30
+        while api.get_saga("xss-server")["status"] != "ROLLBACK_FAILED":
+            assert time.monotonic() < deadline, "the server's saga never came to rest"
+            time.sleep(0.2)
+    expect(failures).to_have_count(3)
     for _ in range(3):  # select each with the keyboard: j to move, x to tick
         attention.page.keyboard.press("j")
         attention.page.keyboard.press("x")
     expect(attention.page.locator("li.failure input[type=checkbox]:checked")).to_have_count(3)
     attention.page.locator("#bulk-steps input[name=reason]").fill(RESOLVE_REASON)
+    ticked = attention.page.locator("li.failure input[type=checkbox]:checked")
+    expect(ticked).to_have_count(3)
     attention.page.locator("#bulk-steps button[value=resolve]").click()
     # The server's two undos are resolved at once (tasks run eagerly here); the agent's is
     # only requested: its own process carries it out.
