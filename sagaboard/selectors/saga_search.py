@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from django.db import connection
 from django.db.models import (
+    BooleanField,
     Count,
     Exists,
     IntegerField,
@@ -370,6 +371,7 @@ def select(search: SagaFilter, projects: list[Project]) -> QuerySet[Saga]:
 
 def apply(qs: QuerySet[Saga], search: SagaFilter) -> QuerySet[Saga]:
     """``qs`` narrowed to what ``search`` selects, but for its ``project`` (``select``)."""
+    scope = qs  # the caller's projects, before any filter: what a prefix probe counts in
     if search.statuses:
         qs = qs.filter(_status_q(search.statuses))
     if search.outcome:
@@ -377,7 +379,7 @@ def apply(qs: QuerySet[Saga], search: SagaFilter) -> QuerySet[Saga]:
     if search.waiting:
         qs = qs.filter(waiting_for__isnull=False)
     if search.q:
-        qs = qs.filter(Q(name__istartswith=search.q) | Q(saga_id__startswith=search.q))
+        qs = qs.filter(_prefix(scope, search.q))
     if search.tool:
         # EXISTS, not IN: a tool is usually common, and SQLite then walks the sort's index
         # and probes (tool_name, saga) per saga, where IN would list every saga of the tool.
@@ -397,16 +399,58 @@ def apply(qs: QuerySet[Saga], search: SagaFilter) -> QuerySet[Saga]:
         if getattr(search, name) is not None:
             qs = qs.filter(**{lookup: getattr(search, name)})  # fixed lookups, bound values
     if search.error:
-        qs = qs.filter(pk__in=_saga_ids(*_error_sql(search.error)))
+        qs = qs.filter(_with_step(*_error_sql(search.error)))
     for condition in search.json:
-        qs = qs.filter(pk__in=_saga_ids(*_json_sql(condition)))
+        qs = qs.filter(_with_step(*_json_sql(condition)))
     return qs
 
 
-def _saga_ids(where: list[str], params: list[Any]) -> RawSQL:
-    """The sagas with a step where all of ``where`` holds (SQL of this module, values bound)."""
-    sql = f"SELECT sagaboard_step.saga_id FROM sagaboard_step WHERE {' AND '.join(where)}"
-    return RawSQL(sql, params)
+PROBE = 1000
+"""SQLite: how many matches a search counts, through its own index, before it picks a plan.
+
+SQLite's planner cannot know how many sagas a prefix or a step search finds, and both of
+its plans are slow at one end: reading every match and sorting them (a word in every
+failed step: 37,000 sagas, 220 ms at 1M steps), or walking the sort's index and testing
+each saga (a rare prefix: the whole project, 95 ms). Counting up to ``PROBE`` matches
+costs under a millisecond (one more query) and tells which end a search is at: up to
+``PROBE``, the matches are read and sorted; more, and the walk finds a page soon."""
+_SAGA = '"sagaboard_saga"'
+
+
+def _prefix(scope: QuerySet[Saga], q: str) -> Q | RawSQL:
+    """A saga whose name starts with ``q`` (any case) or whose id does (exactly: ids are
+    case-sensitive, as the live feed compares them)."""
+    if connection.vendor != "sqlite":
+        return Q(name__istartswith=q) | Q(saga_id__startswith=q)
+    # The name's LIKE is served by the NOCASE index saga_project_name_nocase (0014), the
+    # id's GLOB by the unique (project, saga_id) index; "+" keeps a column off its index.
+    glob = re.sub(r"([*?\[])", r"[\1]", q) + "*"
+    params = [_like(q)[1:], glob]
+    test = "({p}{t}.name LIKE %s ESCAPE '\\' OR {p}{t}.saga_id GLOB %s)"
+    found = RawSQL(test.format(p="", t=_SAGA), params, output_field=BooleanField())
+    ids = list(scope.filter(found).order_by().values_list("pk", flat=True)[: PROBE + 1])
+    if len(ids) <= PROBE:
+        return Q(pk__in=ids)
+    return RawSQL(test.format(p="+", t=_SAGA), params, output_field=BooleanField())
+
+
+def _with_step(where: list[str], params: list[Any]) -> RawSQL:
+    """A saga with a step where all of ``where`` holds (SQL of this module, values bound)."""
+    test = " AND ".join(where)
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            probe = f"SELECT COUNT(*) FROM (SELECT 1 FROM sagaboard_step WHERE {test} LIMIT %s)"
+            cursor.execute(probe, [*params, PROBE + 1])
+            (found,) = cursor.fetchone()
+        if found > PROBE:  # many: walk the sort's index, test each saga's own steps
+            # "+": the FTS5 matches become a set each step is looked up in (listed once),
+            # not the rows the planner starts from for every saga.
+            test = " AND ".join(f"+{w}" if w == _FTS_ROWS else w for w in where)
+            own = f"sagaboard_step.saga_id = {_SAGA}.id"
+            sql = f"EXISTS (SELECT 1 FROM sagaboard_step WHERE {own} AND {test})"
+            return RawSQL(sql, params, output_field=BooleanField())
+    sql = f"{_SAGA}.id IN (SELECT sagaboard_step.saga_id FROM sagaboard_step WHERE {test})"
+    return RawSQL(sql, params, output_field=BooleanField())
 
 
 def _status_q(statuses: tuple[str, ...]) -> Q:
@@ -436,9 +480,13 @@ def _fts_match(column: str, strings: list[str]) -> str:
     return f"{column} : ({' AND '.join(_fts_string(s) for s in strings)})"
 
 
+_FTS_ROWS = f"sagaboard_step.id IN (SELECT rowid FROM {_FTS} WHERE {_FTS} MATCH %s)"
+"""The steps an FTS5 query matches (its one parameter: the query)."""
+
+
 def _in_fts(sql: list[str], params: list[Any], column: str, strings: list[str]) -> None:
     if strings:
-        sql.append(f"sagaboard_step.id IN (SELECT rowid FROM {_FTS} WHERE {_FTS} MATCH %s)")
+        sql.append(_FTS_ROWS)
         params.append(_fts_match(column, strings))
 
 
@@ -512,7 +560,7 @@ def _sqlite_json(c: JsonCondition) -> tuple[list[str], list[Any]]:
         # A number, true, false or null is stored after its key, with or without a space
         # (json.dumps or orjson wrote it): "order": 17 or "order":17.
         literal = json.dumps(value)
-        sql.append(f"sagaboard_step.id IN (SELECT rowid FROM {_FTS} WHERE {_FTS} MATCH %s)")
+        sql.append(_FTS_ROWS)
         either = (f'"{c.path[-1]}": {literal}', f'"{c.path[-1]}":{literal}')
         params.append(f"{c.side} : ({' OR '.join(_fts_string(e) for e in either)})")
     else:

@@ -36,59 +36,76 @@ def world_key(world: dict[str, Any], saga: Saga) -> str:
     return next(k for k, s in world["sagas"].items() if s.pk == saga.pk)
 
 
-@pytest.mark.parametrize(
-    ("query", "expected"),
-    [
-        ("", {"refund", "other", "failed", "text17", "nothing"}),
-        ("q=s-re", {"refund"}),
-        ("q=CHECK", {"failed"}),  # a name prefix, any case
-        ("tool=refund_payment", {"refund", "other"}),
-        ("q=tool:charge_card", {"failed"}),
-        ("error=timeout", {"failed"}),
-        ("error=gateway+acme", {"failed"}),  # every word, case-insensitive
-        ("error=Ac", {"failed"}),  # a short word (no trigram): still found
-        ("error=acme+nowhere", set()),
-        ("q=error:TIMEOUT", {"failed"}),
-        ("error=100%25", set()),  # LIKE wildcards are text
-        ("error=_", set()),
-        ('json=input.orderId+%3D+"o-17"', {"refund"}),  # not o-170
-        ("json=input.orderId+%3D+o-17", {"refund"}),  # a bare word is a string
-        ("json=input.orderId+%3D+17", {"failed"}),  # the number, not the string "17"
-        ('json=input.orderId+%3D+"17"', {"text17"}),
-        ('json=input.items[0].sku+%3D+"A-1"', {"refund"}),
-        ('json=input.items[1].sku+%3D+"A-1"', set()),  # that index exactly
-        ('json=input.items[1].sku+%3D+"B-2"', {"refund"}),
-        ("json=input.items[1]", {"refund"}),
-        ("json=input.items[2]", set()),
-        ("json=output.refund.id", {"refund"}),  # has the path
-        ("json=output.refund", {"refund", "other"}),
-        ("json=output.ok+%3D+false", {"nothing"}),
-        ("json=input.note+%3D+null", {"nothing"}),
-        ("json=output.held+%3D+true", {"failed"}),
-        ('json=input.to+%3D+"ü@example.com"', {"nothing"}),
-        ("q=output.refund.id", {"refund"}),  # the search box takes a JSON path too
-        ('json=input.orderId+%3D+"o-17"&json=output.refund', {"refund"}),  # AND
-        ("status=ROLLED_BACK", {"failed"}),
-        (
-            "status=IN_PROGRESS&status=ROLLED_BACK",
-            {"refund", "other", "failed", "text17", "nothing"},
-        ),
-        ("actor=storebot", {"refund", "failed"}),
-        ("q=actor:storebot&tool=refund_payment", {"refund"}),
-        ("started_after=2026-03-01T13:30", {"failed", "text17", "nothing"}),
-        ("started_after=2026-03-01T13:30&started_before=2026-03-01T15:30", {"failed", "text17"}),
-        ("updated_before=2026-03-01T12:15", {"refund"}),
-        (  # 13:00 UTC
-            "updated_after=2026-03-01T14:00%2B01:00",
-            {"other", "failed", "text17", "nothing"},
-        ),
-        ("project=other", set()),  # not the searcher's project: nothing, not theirs
-    ],
-)
+CASES = [
+    ("", {"refund", "other", "failed", "text17", "nothing"}),
+    ("q=s-re", {"refund"}),
+    ("q=CHECK", {"failed"}),  # a name prefix, any case
+    ("q=S-RE", set()),  # an id prefix is exact: ids are case-sensitive
+    ("q=s-*", set()),  # GLOB and LIKE wildcards are text
+    ("q=s-%25", set()),
+    ("q=s-[r]", set()),
+    ("q=s-?efund", set()),
+    ("tool=refund_payment", {"refund", "other"}),
+    ("q=tool:charge_card", {"failed"}),
+    ("error=timeout", {"failed"}),
+    ("error=gateway+acme", {"failed"}),  # every word, case-insensitive
+    ("error=Ac", {"failed"}),  # a short word (no trigram): still found
+    ("error=acme+nowhere", set()),
+    ("q=error:TIMEOUT", {"failed"}),
+    ("error=100%25", set()),  # LIKE wildcards are text
+    ("error=_", set()),
+    ('json=input.orderId+%3D+"o-17"', {"refund"}),  # not o-170
+    ("json=input.orderId+%3D+o-17", {"refund"}),  # a bare word is a string
+    ("json=input.orderId+%3D+17", {"failed"}),  # the number, not the string "17"
+    ('json=input.orderId+%3D+"17"', {"text17"}),
+    ('json=input.items[0].sku+%3D+"A-1"', {"refund"}),
+    ('json=input.items[1].sku+%3D+"A-1"', set()),  # that index exactly
+    ('json=input.items[1].sku+%3D+"B-2"', {"refund"}),
+    ("json=input.items[1]", {"refund"}),
+    ("json=input.items[2]", set()),
+    ("json=output.refund.id", {"refund"}),  # has the path
+    ("json=output.refund", {"refund", "other"}),
+    ("json=output.ok+%3D+false", {"nothing"}),
+    ("json=input.note+%3D+null", {"nothing"}),
+    ("json=output.held+%3D+true", {"failed"}),
+    ('json=input.to+%3D+"ü@example.com"', {"nothing"}),
+    ("q=output.refund.id", {"refund"}),  # the search box takes a JSON path too
+    ('json=input.orderId+%3D+"o-17"&json=output.refund', {"refund"}),  # AND
+    ("status=ROLLED_BACK", {"failed"}),
+    (
+        "status=IN_PROGRESS&status=ROLLED_BACK",
+        {"refund", "other", "failed", "text17", "nothing"},
+    ),
+    ("actor=storebot", {"refund", "failed"}),
+    ("q=actor:storebot&tool=refund_payment", {"refund"}),
+    ("started_after=2026-03-01T13:30", {"failed", "text17", "nothing"}),
+    ("started_after=2026-03-01T13:30&started_before=2026-03-01T15:30", {"failed", "text17"}),
+    ("updated_before=2026-03-01T12:15", {"refund"}),
+    (  # 13:00 UTC
+        "updated_after=2026-03-01T14:00%2B01:00",
+        {"other", "failed", "text17", "nothing"},
+    ),
+    ("project=other", set()),  # not the searcher's project: nothing, not theirs
+]
+
+
+@pytest.mark.parametrize(("query", "expected"), CASES)
 def test_each_filter_finds_exactly_its_sagas(
     world: dict[str, Any], query: str, expected: set[str]
 ) -> None:
     assert found(world, query) == expected
+
+
+@pytest.mark.parametrize("query", [query for query, _ in CASES])
+def test_the_walk_finds_what_the_sorted_matches_do(
+    world: dict[str, Any], query: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite picks a plan by counting matches (``PROBE``): with none allowed, every
+    prefix and step search walks the sort's index, and must find the same, in order."""
+    search = saga_search.parse(QueryDict(query))
+    listed = [s.pk for s in saga_search.select(search, [world["shop"]])]
+    monkeypatch.setattr(saga_search, "PROBE", 0)
+    assert [s.pk for s in saga_search.select(search, [world["shop"]])] == listed
 
 
 def test_with_exceptions_and_waiting_are_statuses(world: dict[str, Any]) -> None:
