@@ -10,14 +10,13 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from sagaboard.domain import notes, ownership
 from sagaboard.errors import ServiceError
 from sagaboard.models import Saga
-from sagaboard.selectors import visible
 
 
 def _back(request: HttpRequest, saga: Saga | None, anchor: str = "notes") -> HttpResponse:
@@ -31,9 +30,15 @@ def _back(request: HttpRequest, saga: Saga | None, anchor: str = "notes") -> Htt
     return redirect(f"{url}#{anchor}")
 
 
-def _refused(request: HttpRequest, err: ServiceError, saga: Saga | None) -> HttpResponse:
-    messages.error(request, err.message)
-    return _back(request, saga)
+HEADINGS = {403: "Not allowed", 404: "Not found", 409: "Not done"}
+
+
+def _refused(request: HttpRequest, err: ServiceError) -> HttpResponse:
+    """The refusal with its status and message, nothing changed, and the way back."""
+    wanted = request.POST.get("next", "")
+    back = wanted if wanted.startswith("/") and not wanted.startswith("//") else ""
+    context = {"message": err.message, "heading": HEADINGS.get(err.status), "back": back}
+    return render(request, "sagaboard/bad_request.html", context, status=err.status)
 
 
 @login_required
@@ -45,7 +50,7 @@ def note_add(request: HttpRequest, saga_pk: int) -> HttpResponse:
             step_id=request.POST.get("step") or None,
         )  # fmt: skip
     except ServiceError as err:
-        return _refused(request, err, visible.saga_for_user(request.user, saga_pk))
+        return _refused(request, err)
     messages.success(request, "Note added.")
     return _back(request, note.saga, f"note-{note.pk}")
 
@@ -56,7 +61,7 @@ def note_edit(request: HttpRequest, pk: int) -> HttpResponse:
     try:
         note = notes.note_edit(user=request.user, note_pk=pk, body=request.POST.get("body", ""))
     except ServiceError as err:
-        return _refused(request, err, None)
+        return _refused(request, err)
     messages.success(request, "Note saved; its earlier text is in its history.")
     return _back(request, note.saga, f"note-{note.pk}")
 
@@ -67,7 +72,7 @@ def note_delete(request: HttpRequest, pk: int) -> HttpResponse:
     try:
         note = notes.note_delete(user=request.user, note_pk=pk)
     except ServiceError as err:
-        return _refused(request, err, None)
+        return _refused(request, err)
     messages.success(request, "Note deleted (the audit trail keeps it).")
     return _back(request, note.saga)
 
@@ -80,7 +85,7 @@ def saga_assign(request: HttpRequest, saga_pk: int) -> HttpResponse:
             user=request.user, saga_pk=saga_pk, assignee=request.POST.get("owner", "").strip()
         )
     except ServiceError as err:
-        return _refused(request, err, None)
+        return _refused(request, err)
     owner = saga.owner.get_username() if saga.owner_id else ""
     messages.success(request, f"Assigned to {owner}." if owner else "Nobody owns it now.")
     return _back(request, saga, "owner")

@@ -148,21 +148,14 @@ def test_assign_to_me_to_someone_and_to_nobody(saga: Saga, shop: Project) -> Non
 
 def test_only_a_collaborating_member_can_own_a_saga(saga: Saga, shop: Project) -> None:
     ann = person("ann", "operator", shop)
-    person("vic", "viewer", shop)
+    viewer = person("vic", "viewer", shop)
     person("out", "operator", Project.objects.create(slug="other", name="Other"))
     for who in ("vic", "out", "nobody-by-that-name"):
         err = refusal(ownership.saga_assign, user=ann, saga_pk=saga.pk, assignee=who)
         assert (err.status, err.field) == (400, "owner")
-    viewer = get_viewer(shop)
     assert refusal(ownership.saga_assign, user=viewer, saga_pk=saga.pk, assignee="").status == 403
     saga.refresh_from_db()
     assert saga.owner is None and not AuditEntry.objects.exists()
-
-
-def get_viewer(shop: Project):  # type: ignore[no-untyped-def]
-    from django.contrib.auth import get_user_model
-
-    return get_user_model().objects.get(username="vic")
 
 
 def test_the_list_filters_by_owner(saga: Saga, shop: Project) -> None:
