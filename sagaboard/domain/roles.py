@@ -1,8 +1,9 @@
 """The four dashboard roles, as Django groups with permissions.
 
 viewer reads; operator also retries and force-resolves failed undos; approver
-also approves or rejects undos (approving does not imply operating); admin
-has all of that plus projects, tokens and policies.
+also approves or rejects undos (approving does not imply operating); both also
+collaborate (notes, owners, acknowledgements); admin has all of that plus
+projects, tokens and policies.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ ROLES: dict[str, list[str]] = {
         "view_saga", "view_step", "view_event", "view_compensationattempt",
         "view_approval", "view_approvalvote", "view_approvalpolicy",
     ],
-    "operator": ["retry_compensation", "resolve_step"],
-    "approver": ["decide_approval"],
+    "operator": ["retry_compensation", "resolve_step", "collaborate"],
+    "approver": ["decide_approval", "collaborate"],
     "admin": [
         "manage_policies", "add_project", "change_project", "view_project",
         "add_apitoken", "change_apitoken", "view_apitoken", "view_auditentry",

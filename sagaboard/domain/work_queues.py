@@ -95,7 +95,7 @@ def failures_open(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) -> l
     """
     steps = list(
         Step.objects.filter(rollback_outcomes.waits_for_operator(), saga__project__in=projects)
-        .select_related("saga__project")
+        .select_related("saga__project", "saga__owner")
         .prefetch_related(
             Prefetch("attempts", queryset=CompensationAttempt.objects.order_by("number"))
         )

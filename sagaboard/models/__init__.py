@@ -16,6 +16,7 @@ from sagaboard.models.fields import (
     VoteDecision,
     one_of,
 )
+from sagaboard.models.notes import NOTE_MAX, Note, NoteRevision
 from sagaboard.models.projects import ApiRequest, ApiToken, Project
 from sagaboard.models.records import AuditEntry, Heartbeat, Notification
 from sagaboard.models.sagas import OPERATOR_STATES, CompensationAttempt, Event, Saga, Step
@@ -23,6 +24,7 @@ from sagaboard.models.saved_views import SavedView
 from sagaboard.models.tool_health import ToolRollup, ToolRollupCursor, ToolRollupMark
 
 __all__ = [
+    "NOTE_MAX",
     "OPERATOR_STATES",
     "ApiRequest",
     "ApiToken",
@@ -35,6 +37,8 @@ __all__ = [
     "Event",
     "Heartbeat",
     "JSONTextField",
+    "Note",
+    "NoteRevision",
     "Notification",
     "PolicyOnExpiry",
     "Project",

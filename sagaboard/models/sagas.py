@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -87,6 +88,11 @@ class Saga(models.Model):
         max_length=10, null=True, blank=True, choices=[(w.value, w.value) for w in WaitingFor]
     )
     """Whom a rollback that cannot go on by itself waits for: an approver or an operator."""
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    """The person who took the saga on ("assigned to"), or NULL (``domain.ownership``)."""
+    owner_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -101,6 +107,7 @@ class Saga(models.Model):
             ("resolve_step", "Can force-resolve a failed undo"),
             ("decide_approval", "Can approve or reject an undo"),
             ("manage_policies", "Can edit approval policies"),
+            ("collaborate", "Can write notes, assign sagas and acknowledge failures"),
         ]
         indexes = [
             # The dashboard's lists: newest first, optionally by status; keyset pagination
@@ -119,6 +126,9 @@ class Saga(models.Model):
             # The list's other sorts (``saga_search.SORTS``): started and duration.
             models.Index(fields=["project", "-received_at", "-id"], name="saga_project_started"),
             models.Index(fields=["project", "-duration_ms", "-id"], name="saga_project_duration"),
+            models.Index(
+                fields=["project", "owner", "-changed_at", "-id"], name="saga_project_owner"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -227,6 +237,11 @@ class Step(models.Model):
     Set by a conditional update (so a double click is refused), consumed by the
     worker for server-run sagas or by the agent's SDK for sagas it runs itself.
     """
+    acknowledged_by = models.CharField(max_length=200, null=True, blank=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_change = models.DateTimeField(null=True, blank=True)
+    """The step's ``changed_at`` when it was acknowledged: a later change (another failed
+    attempt) is a new failure, which nobody has acknowledged yet."""
 
     class Meta:
         constraints = [
@@ -248,6 +263,11 @@ class Step(models.Model):
         """An operator's retry, resolve or leave is due: its undo failed or is in doubt, and
         nobody left it failed or asked for a retry or resolve not yet carried out."""
         return self.state in OPERATOR_STATES and self.left_at is None and not self.pending_action
+
+    @property
+    def acknowledged(self) -> bool:
+        """Someone said "I am on it" about the failure the step shows now (``ownership``)."""
+        return self.acknowledged_at is not None and self.acknowledged_change == self.changed_at
 
     @property
     def ran(self) -> bool:

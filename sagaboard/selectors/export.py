@@ -59,13 +59,17 @@ def export_rows(
     *,
     steps: bool = False,
     chunk: int = CHUNK,
+    viewer: Any = None,
 ) -> Iterator[ExportRow]:
-    """Every saga the filter selects in ``projects``, in its order, chunk by chunk."""
+    """Every saga the filter selects in ``projects``, in its order, chunk by chunk
+    (``viewer``: whom "owner: me" means)."""
     if not projects:
         return
     cursor: str | None = None
     while True:
-        sagas, cursor = saga_search.page(f, list(projects), cursor=cursor, limit=chunk)
+        sagas, cursor = saga_search.page(
+            f, list(projects), cursor=cursor, limit=chunk, viewer=viewer
+        )
         yield from _chunk_rows(sagas, steps)
         if cursor is None:
             return

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import (
     BooleanField,
@@ -51,7 +52,7 @@ from django.utils import timezone
 
 from sagaboard.infra import text_policy
 from sagaboard.infra.limits import BIGINT
-from sagaboard.models import ApiToken, Project, Saga, Step
+from sagaboard.models import ApiToken, Note, Project, Saga, Step
 from undo_core import RollbackOutcome, SagaStatus
 
 WITH_EXCEPTIONS = "WITH_EXCEPTIONS"
@@ -69,7 +70,9 @@ ORDERS = ("desc", "asc")
 QUICK_RANGES = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 """``since``: changed within the last hour, day or week (the filter bar's quick ranges)."""
 TIME_FIELDS = ("started_after", "started_before", "updated_after", "updated_before")
-TEXT_FIELDS = ("project", "q", "tool", "error", "actor")
+TEXT_FIELDS = ("project", "q", "tool", "error", "actor", "owner")
+OWNER_ME, OWNER_NONE = "me", "none"
+"""``owner``: the viewer, or nobody; any other value is a username."""
 MAX_TEXT = 200
 MAX_JSON_CONDITIONS = 5
 MAX_PATH = 10
@@ -134,6 +137,7 @@ class SagaFilter:
     error: str = ""
     json: tuple[JsonCondition, ...] = ()
     actor: str = ""
+    owner: str = ""
     since: str = ""
     started_after: datetime | None = None
     started_before: datetime | None = None
@@ -158,6 +162,7 @@ class SagaFilter:
             self.error,
             self.json,
             self.actor,
+            self.owner,
             *(getattr(self, name) for name in TIME_FIELDS),
         )
         if not self.newest_first or any(unchecked) or len(self.statuses) > 1:
@@ -271,11 +276,11 @@ def _texts(query: QueryDict, name: str) -> list[str]:
 
 def _search_box(q: str, bar: dict[str, Any]) -> dict[str, Any]:
     """The search box: a name or id prefix, or one ``input.``/``output.`` JSON condition,
-    or ``tool:``, ``error:`` or ``actor:`` followed by what to find."""
+    or ``tool:``, ``error:``, ``actor:`` or ``owner:`` followed by what to find."""
     if _CONDITION.match(q) or q.startswith(("input.", "output.", "input[", "output[")):
         return {"q": "", "json": [_condition("q", q)], "from_box": "json"}
     prefix, sep, rest = q.partition(":")
-    if sep and prefix in ("tool", "error", "actor") and rest.strip():
+    if sep and prefix in ("tool", "error", "actor", "owner") and rest.strip():
         if bar[prefix] and bar[prefix] != rest.strip():
             raise SearchError("q", f"{prefix} is also in the filter bar; give it once")
         return {"q": "", prefix: rest.strip(), "from_box": prefix}
@@ -351,9 +356,10 @@ def _json_value(name: str, text: str) -> Any:
 # ---------------------------------------------------------------- SQL
 
 
-def select(search: SagaFilter, projects: list[Project]) -> QuerySet[Saga]:
+def select(search: SagaFilter, projects: list[Project], *, viewer: Any = None) -> QuerySet[Saga]:
     """The sagas ``search`` selects among ``projects`` (the caller's visible ones), in its
-    sort order (id breaking ties): what a list page, or an export, reads from."""
+    sort order (id breaking ties): what a list page, or an export, reads from. ``viewer``
+    is who "owner: me" means (nobody's sagas without one)."""
     chosen = [p for p in projects if p.slug == search.project] if search.project else projects
     if not chosen:
         return Saga.objects.none()
@@ -366,10 +372,10 @@ def select(search: SagaFilter, projects: list[Project]) -> QuerySet[Saga]:
     )
     column = SORTS[search.sort]
     sign = "-" if search.order == "desc" else ""
-    return apply(qs, search).order_by(f"{sign}{column}", f"{sign}id")
+    return apply(qs, search, viewer=viewer).order_by(f"{sign}{column}", f"{sign}id")
 
 
-def apply(qs: QuerySet[Saga], search: SagaFilter) -> QuerySet[Saga]:
+def apply(qs: QuerySet[Saga], search: SagaFilter, *, viewer: Any = None) -> QuerySet[Saga]:
     """``qs`` narrowed to what ``search`` selects, but for its ``project`` (``select``)."""
     scope = qs  # the caller's projects, before any filter: what a prefix probe counts in
     if search.statuses:
@@ -388,6 +394,12 @@ def apply(qs: QuerySet[Saga], search: SagaFilter) -> QuerySet[Saga]:
     if search.actor:
         tokens = ApiToken.objects.filter(Q(label=search.actor) | Q(prefix=search.actor))
         qs = qs.filter(posted_by_token__in=tokens.values("pk"))
+    if search.owner == OWNER_NONE:
+        qs = qs.filter(owner__isnull=True)
+    elif search.owner == OWNER_ME:
+        qs = qs.filter(owner=viewer.pk) if viewer is not None and viewer.pk else qs.none()
+    elif search.owner:
+        qs = qs.filter(owner__username=search.owner)
     if search.since:
         qs = qs.filter(changed_at__gt=timezone.now() - QUICK_RANGES[search.since])
     for name, lookup in (
@@ -581,7 +593,7 @@ def _sqlite_json(c: JsonCondition) -> tuple[list[str], list[Any]]:
 def with_row_facts(qs: QuerySet[Saga]) -> QuerySet[Saga]:
     """What a list row shows beside the saga's own columns, each one indexed lookup per
     row inside the same query: its step count, the failing step's tool, the posting
-    token's label."""
+    token's label, the owner's name and how many notes it has."""
     steps = Step.objects.filter(saga_id=OuterRef("pk")).order_by().values("saga_id")
     return qs.annotate(
         step_count=Coalesce(
@@ -599,18 +611,40 @@ def with_row_facts(qs: QuerySet[Saga]) -> QuerySet[Saga]:
             .order_by()
             .values("label")[:1]
         ),
+        owner_name=Subquery(
+            get_user_model()
+            ._default_manager.filter(pk=OuterRef("owner_id"))
+            .order_by()
+            .values("username")[:1]
+        ),
+        note_count=Coalesce(
+            Subquery(
+                Note.objects.filter(saga_id=OuterRef("pk"), deleted_at__isnull=True)
+                .order_by()
+                .values("saga_id")
+                .annotate(n=Count("pk"))
+                .values("n")[:1]
+            ),
+            Value(0),
+            output_field=IntegerField(),
+        ),
     )
 
 
 def page(
-    search: SagaFilter, projects: list[Project], *, cursor: str | None, limit: int
+    search: SagaFilter,
+    projects: list[Project],
+    *,
+    cursor: str | None,
+    limit: int,
+    viewer: Any = None,
 ) -> tuple[list[Saga], str | None]:
     """One keyset page of ``select`` after ``cursor``; the cursor of the next (or None).
 
     A row-value comparison on (sort column, id) walks the sort's index from the cursor
     on, so every page costs the same however deep; ``BadCursor`` for a forged cursor.
     """
-    qs = select(search, projects)
+    qs = select(search, projects, viewer=viewer)
     if cursor:
         at, pk = decode_cursor(cursor, search)
         table = connection.ops.quote_name(Saga._meta.db_table)

@@ -33,6 +33,15 @@ def saga_get_for_project(*, project: Project, saga_id: str) -> Saga | None:
     )
 
 
+def saga_for_user(user: Any, saga_pk: int, *, lock: bool = False) -> Saga | None:
+    """The saga if ``user`` may see it (None otherwise: never whose it is); ``lock``: for
+    update, in the caller's transaction."""
+    sagas = Saga.objects.select_related("project").filter(
+        pk=saga_pk, project__in=projects_visible(user)
+    )
+    return (sagas.select_for_update(of=("self",)) if lock else sagas).first()
+
+
 def encode_cursor(saga: Saga, search: saga_search.SagaFilter | None = None) -> str:
     """The list's page link after ``saga`` (newest first unless ``search`` sorts otherwise)."""
     return saga_search.encode_cursor(saga, search)
@@ -117,6 +126,7 @@ def saga_list(
     outcome: str | None = None,
     waiting: bool = False,
     search: saga_search.SagaFilter | None = None,
+    viewer: Any = None,
 ) -> tuple[list[Saga], str | None]:
     """Sagas of ``projects``, one keyset page; ``BadCursor`` for a forged cursor.
 
@@ -125,7 +135,8 @@ def saga_list(
     ``updated_after`` / ``updated_before`` are the server's clock: when it last stored a
     change to the saga (``changed_at``), never the time the agent reported.
     ``outcome``: CLEAN or WITH_EXCEPTIONS (how a rollback came to rest); ``waiting``: only
-    sagas whose rollback waits for a person (an approver or an operator).
+    sagas whose rollback waits for a person (an approver or an operator). ``viewer``:
+    whom "owner: me" means.
     """
     if search is None:
         search = saga_search.SagaFilter(
@@ -137,7 +148,7 @@ def saga_list(
             outcome=outcome or "",
             waiting=waiting,
         )
-    return saga_search.page(search, list(projects), cursor=cursor, limit=limit)
+    return saga_search.page(search, list(projects), cursor=cursor, limit=limit, viewer=viewer)
 
 
 def saga_row(saga_pk: int) -> Saga:

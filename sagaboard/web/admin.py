@@ -21,6 +21,8 @@ from sagaboard.models import (
     CompensationAttempt,
     Event,
     Heartbeat,
+    Note,
+    NoteRevision,
     Notification,
     Project,
     Saga,
@@ -128,6 +130,18 @@ class ApprovalVoteAdmin(ReadOnlyAdmin):
 @admin.register(Notification)
 class NotificationAdmin(ReadOnlyAdmin):
     list_display = ["id", "kind", "created_at", "attempts", "delivered_at", "last_error"]
+
+
+@admin.register(Note)
+class NoteAdmin(ReadOnlyAdmin):
+    """Operators' notes: written on the saga page (audited there), never edited here."""
+
+    list_display = ["saga", "step", "author_name", "created_at", "edited_at", "deleted_at"]
+
+
+@admin.register(NoteRevision)
+class NoteRevisionAdmin(ReadOnlyAdmin):
+    list_display = ["note", "written_by", "written_at", "replaced_by", "replaced_at"]
 
 
 @admin.register(Heartbeat)

@@ -108,7 +108,7 @@ def _export(request: HttpRequest, what: str) -> HttpResponse:
     chosen = {name: values for name, values in f.to_query().lists() if values}
     audit.export_recorded(user=request.user, projects=projects, what=what,
                           data={"format": what, "filter": chosen, "steps": steps})  # fmt: skip
-    rows = export.export_rows(projects, f, steps=steps)
+    rows = export.export_rows(projects, f, steps=steps, viewer=request.user)
     if what == "csv":
         body, content_type = csv_lines(rows), "text/csv; charset=utf-8"
     else:

@@ -58,6 +58,7 @@ def saga_list(request: HttpRequest) -> HttpResponse:
             search=search,
             cursor=request.GET.get("cursor") or None,
             limit=LIST_LIMIT,
+            viewer=request.user,
         )
     except visible.BadCursor:
         rows, next_cursor, error = [], None, "That page link is not valid any more."
@@ -81,4 +82,5 @@ def saga_detail(request: HttpRequest, project: str, saga_id: str) -> HttpRespons
         raise Http404("no such saga in your projects")
     events = visible.event_list_for_saga(saga=saga, limit=1000)
     context = presenters.saga_page(saga, events=events, last_log_id=visible.last_event_id())
+    context.update(presenters.collaboration(saga, request.user))
     return render(request, "sagaboard/saga_detail.html", context)

@@ -13,10 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from django.urls import reverse
 from django.utils import timezone
 
-from sagaboard.domain import work_queues
+from sagaboard.domain import ownership, work_queues
+from sagaboard.domain.notes import PERMISSION
 from sagaboard.models import Approval, Event, Saga, Step
+from sagaboard.selectors import notes
 from sagaboard.web import timeline as saga_timeline
 from undo_core import SagaStatus
 
@@ -53,6 +56,9 @@ def saga_page(saga: Saga, *, events: Sequence[Event], last_log_id: int) -> dict[
     extras = work_queues.saga_page_extras(saga)
     approvals: list[Approval] = extras["approvals"]  # type: ignore[assignment]
     steps = timeline(saga.steps.all(), approvals)
+    note_counts = notes.note_counts(saga)
+    for step, _ in steps:
+        step.note_count = note_counts.get(step.step_id, 0)  # type: ignore[attr-defined]
     return {
         "saga": saga,
         "events": events,
@@ -62,6 +68,19 @@ def saga_page(saga: Saga, *, events: Sequence[Event], last_log_id: int) -> dict[
         "timeline": steps,
         # The time-scaled view (a row per step); it also gives each step its ``durations``.
         "saga_timeline": saga_timeline.for_saga(saga, steps, timezone.now()),
+        "saga_note_count": note_counts.get(None, 0),
+    }
+
+
+def collaboration(saga: Saga, user: Any) -> dict[str, Any]:
+    """The saga page's owner and notes, for the person looking (not in the live fragment:
+    which notes one may edit differs from person to person)."""
+    may = user.has_perm(PERMISSION)
+    return {
+        "notes": notes.notes_for_saga(saga),
+        "can_collaborate": may,
+        "owner_candidates": list(ownership.owner_candidates(saga.project)) if may else [],
+        "page_url": reverse("saga_detail", args=[saga.project.slug, saga.saga_id]),
     }
 
 

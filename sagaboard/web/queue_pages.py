@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from sagaboard.domain import action_reports, approvals, operator_actions, work_queues
+from sagaboard.domain import action_reports, approvals, operator_actions, ownership, work_queues
 from sagaboard.errors import ServiceError
 from sagaboard.selectors import visible
 from sagaboard.web import presenters
@@ -161,6 +161,19 @@ def step_action(request: HttpRequest, pk: int) -> HttpResponse:
     if result != "requested" and action != "leave":
         text = f"{text[:-1]}: {detail}."
     return _answer(request, back=back, text=text, ok=result != "failed")
+
+
+@login_required
+@require_POST
+def step_acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
+    """Say "I am on it" about one failed undo (``domain.ownership``): marked for everyone."""
+    try:
+        step = ownership.step_acknowledge(user=request.user, step_pk=pk)
+    except ServiceError as refused:
+        return _answer(request, back="attention", text=refused.message, ok=False,
+                       status=refused.status)  # fmt: skip
+    text = f"Acknowledged: {step.tool_name} ({step.step_id}) in {step.saga.name}."
+    return _answer(request, back="attention", text=text, ok=True)
 
 
 @login_required

@@ -48,6 +48,11 @@ KINDS: dict[str, Kind] = {
     "created": Kind("created", SERVER),
     "used": Kind("last used", SERVER),
     "revoked": Kind("revoked", SERVER),
+    "written": Kind("written", SERVER),
+    "edited": Kind("edited", SERVER),
+    "replaced": Kind("replaced", SERVER),
+    "assigned": Kind("assigned", SERVER),
+    "acknowledged": Kind("acknowledged", SERVER),
 }
 
 

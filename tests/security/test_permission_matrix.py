@@ -27,7 +27,7 @@ from django.urls import URLPattern
 from sagaboard.api.v1 import api
 from sagaboard.config import urls
 from sagaboard.config.asgi import application
-from sagaboard.domain import decisions, health, manual_flow, operator_actions, runner
+from sagaboard.domain import decisions, health, manual_flow, notes, operator_actions, runner
 from sagaboard.domain.roles import roles_sync
 from sagaboard.domain.tokens import token_create, token_revoke
 from sagaboard.live.relay import stop_all
@@ -155,12 +155,14 @@ def _build() -> World:
     manual_flow.saga_begin(project=shop, event_id="m-3", name="manual", saga_id="manual-2",
                      token_pk=None)  # fmt: skip
 
+    note = notes.note_add(user=users["operator"], saga_pk=waiting.pk, body="on it")
     saved = SavedView.objects.create(
         user=users["viewer"], name="mine", query="project=shop", project=shop
     )
     values = {
         "shop_pk": shop.pk,
         "saved_view": saved.pk,
+        "note": note.pk,
         "saga_id": waiting.saga_id,
         "saga_pk": waiting.pk,
         "approval": Approval.objects.get(saga=waiting, status="PENDING").pk,

@@ -142,6 +142,7 @@ def _need(role_answer: str, allowed: tuple[str, ...], refused: str, **rest: str)
 
 
 OPERATORS = ("operator", "admin")
+COLLABORATORS = ("operator", "approver", "admin")
 APPROVERS = ("approver", "admin")
 ADMINS = ("admin",)
 
@@ -237,6 +238,30 @@ PAGES: list[Row] = [
     _step_action("resolve", "fixed by hand"),
     _step_action("leave", "known issue"),
     _get_on_post_only("step_action", "/steps/{failed_step}/action/"),
+    Row("Pages", "step_acknowledge", "POST", "/steps/{failed_step}/acknowledge/",
+        _need(HTMX_OK, COLLABORATORS, "403", stranger="404", norole="403"),
+        action="acknowledge a failed undo, htmx", htmx=True),
+    _get_on_post_only("step_acknowledge", "/steps/{failed_step}/acknowledge/"),
+    Row("Pages", "note_add", "POST", "/notes/saga/{saga_pk}/",
+        _need(f"302 → /sagas/shop/storebot-1/ {CHANGED}", COLLABORATORS, "403", stranger="404",
+              norole="403"),
+        action="write a note", data={"body": "carrier called back"}),
+    _get_on_post_only("note_add", "/notes/saga/{saga_pk}/"),
+    Row("Pages", "note_edit", "POST", "/notes/{note}/edit/",
+        page(viewer="403", operator=f"302 → /sagas/shop/storebot-1/ {CHANGED}", approver="403",
+             admin="403", stranger="404", norole="403"),
+        action="edit a note (the operator wrote it)", data={"body": "carrier called twice"}),
+    _get_on_post_only("note_edit", "/notes/{note}/edit/"),
+    Row("Pages", "note_delete", "POST", "/notes/{note}/delete/",
+        page(viewer="403", operator=f"302 → /sagas/shop/storebot-1/ {CHANGED}", approver="403",
+             admin=f"302 → /sagas/shop/storebot-1/ {CHANGED}", stranger="404", norole="403"),
+        action="delete a note (the operator wrote it)"),
+    _get_on_post_only("note_delete", "/notes/{note}/delete/"),
+    Row("Pages", "saga_assign", "POST", "/owners/saga/{saga_pk}/",
+        _need(f"302 → /sagas/shop/storebot-1/ {CHANGED}", COLLABORATORS, "403", stranger="404",
+              norole="403"),
+        action="assign to a colleague", data={"owner": "approver-1"}),
+    _get_on_post_only("saga_assign", "/owners/saga/{saga_pk}/"),
     Row("Pages", "steps_bulk", "POST", "/steps/bulk/",
         _need(HTMX_OK, OPERATORS, "403", stranger="404", norole="403"),
         action="bulk retry, htmx", data={"step": "{failed_step}", "action": "retry"}, htmx=True),

@@ -14,6 +14,7 @@ from django import template
 from django.utils.safestring import SafeString
 
 from sagaboard.infra import text_policy
+from sagaboard.web import markdown_text
 
 register = template.Library()
 
@@ -21,3 +22,9 @@ register = template.Library()
 @register.filter(is_safe=True)
 def visible(value: Any) -> SafeString:
     return text_policy.visible(value)
+
+
+@register.filter(is_safe=True)
+def markdown(value: Any) -> SafeString:
+    """A note's Markdown as HTML, every character of the text escaped (``markdown_text``)."""
+    return markdown_text.render(str(value or ""))

@@ -1,0 +1,91 @@
+"""Notes and owners from the saga page (``domain.notes``, ``domain.ownership``).
+
+Thin views: each posts to its service and goes back to where the form was (the saga's
+notes, or the page named by ``next``) with what happened as a message; a refusal is the
+service's message (no change made).
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from sagaboard.domain import notes, ownership
+from sagaboard.errors import ServiceError
+from sagaboard.models import Saga
+
+
+def _back(request: HttpRequest, saga: Saga | None, anchor: str = "notes") -> HttpResponse:
+    """To the form's ``next`` (a path of this site), else the saga page at ``anchor``."""
+    wanted = request.POST.get("next", "")
+    if wanted.startswith("/") and not wanted.startswith("//"):
+        return redirect(wanted)
+    if saga is None:
+        return redirect("saga_list")
+    url = reverse("saga_detail", args=[saga.project.slug, saga.saga_id])
+    return redirect(f"{url}#{anchor}")
+
+
+HEADINGS = {403: "Not allowed", 404: "Not found", 409: "Not done"}
+
+
+def _refused(request: HttpRequest, err: ServiceError) -> HttpResponse:
+    """The refusal with its status and message, nothing changed, and the way back."""
+    wanted = request.POST.get("next", "")
+    back = wanted if wanted.startswith("/") and not wanted.startswith("//") else ""
+    context = {"message": err.message, "heading": HEADINGS.get(err.status), "back": back}
+    return render(request, "sagaboard/bad_request.html", context, status=err.status)
+
+
+@login_required
+@require_POST
+def note_add(request: HttpRequest, saga_pk: int) -> HttpResponse:
+    try:
+        note = notes.note_add(
+            user=request.user, saga_pk=saga_pk, body=request.POST.get("body", ""),
+            step_id=request.POST.get("step") or None,
+        )  # fmt: skip
+    except ServiceError as err:
+        return _refused(request, err)
+    messages.success(request, "Note added.")
+    return _back(request, note.saga, f"note-{note.pk}")
+
+
+@login_required
+@require_POST
+def note_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    try:
+        note = notes.note_edit(user=request.user, note_pk=pk, body=request.POST.get("body", ""))
+    except ServiceError as err:
+        return _refused(request, err)
+    messages.success(request, "Note saved; its earlier text is in its history.")
+    return _back(request, note.saga, f"note-{note.pk}")
+
+
+@login_required
+@require_POST
+def note_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    try:
+        note = notes.note_delete(user=request.user, note_pk=pk)
+    except ServiceError as err:
+        return _refused(request, err)
+    messages.success(request, "Note deleted (the audit trail keeps it).")
+    return _back(request, note.saga)
+
+
+@login_required
+@require_POST
+def saga_assign(request: HttpRequest, saga_pk: int) -> HttpResponse:
+    try:
+        saga = ownership.saga_assign(
+            user=request.user, saga_pk=saga_pk, assignee=request.POST.get("owner", "").strip()
+        )
+    except ServiceError as err:
+        return _refused(request, err)
+    owner = saga.owner.get_username() if saga.owner_id else ""
+    messages.success(request, f"Assigned to {owner}." if owner else "Nobody owns it now.")
+    return _back(request, saga, "owner")
