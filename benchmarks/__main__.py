@@ -104,7 +104,7 @@ def run_modules(
     """Each module in its own process: each sets Django up its own way, and a crash stays local."""
     figures: dict[str, list[Figure]] = {}
     failed: list[str] = []
-    limit = 300 if quick else 1200
+    limit = 300 if quick else 2400  # tool_health at 1M steps on a busy 2-CPU VM: ~25 min
     with tempfile.TemporaryDirectory() as tmp:
         for module in modules:
             out = Path(tmp) / f"{module}.json"

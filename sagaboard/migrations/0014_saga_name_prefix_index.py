@@ -1,26 +1,41 @@
-# A saga name prefix on SQLite (saga_search._sqlite_prefix): SQLite's LIKE is
-# case-insensitive, and only an index in the NOCASE collation serves it as a range.
-# PostgreSQL needs none (its list walks the sort's index; measured in benchmarks.search).
+# A saga name or id prefix (saga_search._prefix) served by an index on each database.
+# SQLite: its LIKE is case-insensitive, and only an index in the NOCASE collation serves it
+# as a range (the id's GLOB uses the unique (project, saga_id) index). PostgreSQL: under a
+# locale's collation a b-tree serves LIKE 'x%' only with the text_pattern_ops operator class.
 
 from django.db import migrations
 
-INDEX = "saga_project_name_nocase"
+FORWARD = {
+    "sqlite": [
+        "CREATE INDEX IF NOT EXISTS saga_project_name_nocase"
+        " ON sagaboard_saga (project_id, name COLLATE NOCASE)",
+    ],
+    "postgresql": [
+        "CREATE INDEX IF NOT EXISTS saga_project_name_prefix"
+        " ON sagaboard_saga (project_id, (upper(name::text)) text_pattern_ops)",
+        "CREATE INDEX IF NOT EXISTS saga_project_id_prefix"
+        " ON sagaboard_saga (project_id, (saga_id::text) text_pattern_ops)",
+    ],
+}
+BACKWARD = {
+    "sqlite": ["DROP INDEX IF EXISTS saga_project_name_nocase"],
+    "postgresql": [
+        "DROP INDEX IF EXISTS saga_project_name_prefix",
+        "DROP INDEX IF EXISTS saga_project_id_prefix",
+    ],
+}
 
 
-def create(apps, schema_editor):
-    if schema_editor.connection.vendor == "sqlite":
-        schema_editor.execute(
-            f"CREATE INDEX IF NOT EXISTS {INDEX} ON sagaboard_saga (project_id, name COLLATE NOCASE)",
-            params=None,
-        )
+def _run(statements):
+    def run(apps, schema_editor):
+        for sql in statements.get(schema_editor.connection.vendor, []):
+            schema_editor.execute(sql, params=None)
 
-
-def drop(apps, schema_editor):
-    if schema_editor.connection.vendor == "sqlite":
-        schema_editor.execute(f"DROP INDEX IF EXISTS {INDEX}", params=None)
+    return run
 
 
 class Migration(migrations.Migration):
+
     dependencies = [("sagaboard", "0013_search_list_and_search")]
 
-    operations = [migrations.RunPython(create, drop)]
+    operations = [migrations.RunPython(_run(FORWARD), _run(BACKWARD))]

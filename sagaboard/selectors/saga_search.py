@@ -418,9 +418,10 @@ def apply(qs: QuerySet[Saga], search: SagaFilter, *, viewer: Any = None) -> Quer
 
 
 PROBE = 1000
-"""SQLite: how many matches a search counts, through its own index, before it picks a plan.
+"""How many matches a search counts, through its own index, before it picks a plan (a name
+or id prefix on both databases, a step search on SQLite).
 
-SQLite's planner cannot know how many sagas a prefix or a step search finds, and both of
+The planners cannot know how many sagas a prefix or a step search finds, and both of
 its plans are slow at one end: reading every match and sorting them (a word in every
 failed step: 37,000 sagas, 220 ms at 1M steps), or walking the sort's index and testing
 each saga (a rare prefix: the whole project, 95 ms). Counting up to ``PROBE`` matches
@@ -432,13 +433,15 @@ _SAGA = '"sagaboard_saga"'
 def _prefix(scope: QuerySet[Saga], q: str) -> Q | RawSQL:
     """A saga whose name starts with ``q`` (any case) or whose id does (exactly: ids are
     case-sensitive, as the live feed compares them)."""
-    if connection.vendor != "sqlite":
-        return Q(name__istartswith=q) | Q(saga_id__startswith=q)
-    # The name's LIKE is served by the NOCASE index saga_project_name_nocase (0014), the
-    # id's GLOB by the unique (project, saga_id) index; "+" keeps a column off its index.
-    glob = re.sub(r"([*?\[])", r"[\1]", q) + "*"
-    params = [_like(q)[1:], glob]
-    test = "({p}{t}.name LIKE %s ESCAPE '\\' OR {p}{t}.saga_id GLOB %s)"
+    like = _like(q)[1:]  # "q%", its wildcards escaped
+    if connection.vendor == "sqlite":
+        # The name's LIKE is served by the NOCASE index saga_project_name_nocase (0014), the
+        # id's GLOB by the unique (project, saga_id) index; "+" keeps a column off its index.
+        glob = re.sub(r"([*?\[])", r"[\1]", q) + "*"
+        test, params = "({p}{t}.name LIKE %s ESCAPE '\\' OR {p}{t}.saga_id GLOB %s)", [like, glob]
+    else:  # the text_pattern_ops indexes saga_project_name_prefix and saga_project_id_prefix
+        test = "(upper({t}.name::text) LIKE upper(%s) OR {t}.saga_id::text LIKE %s)"
+        params = [like, like]
     found = RawSQL(test.format(p="", t=_SAGA), params, output_field=BooleanField())
     ids = list(scope.filter(found).order_by().values_list("pk", flat=True)[: PROBE + 1])
     if len(ids) <= PROBE:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 from django.http import QueryDict
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from sagaboard.domain.retention import retention_run
@@ -116,7 +117,7 @@ def test_fts_syntax_in_a_search_is_text(shop: Project) -> None:
             assert err.field == "json"
 
 
-def plan(sql: str, params: list[Any]) -> str:
+def plan(sql: str, params: list[Any] | None) -> str:
     """The plan of the step search a filter makes (on PostgreSQL with sequential scans
     priced out: tiny test tables would be read whole otherwise)."""
     with transaction.atomic(), connection.cursor() as cursor:
@@ -149,3 +150,27 @@ def test_searches_use_their_index(
     explained = plan(steps, list(params))
     wanted = sqlite_index if connection.vendor == "sqlite" else postgres_index
     assert wanted in explained, explained
+
+
+def test_a_prefix_probe_reads_its_indexes(shop: Project) -> None:
+    """The count that picks a prefix search's plan (``saga_search.PROBE``) reads the name and
+    id prefix indexes (0014), not the project's every saga (among 5,000: a planner reads a
+    tiny table whole whatever its indexes)."""
+    now = timezone.now()
+    Saga.objects.bulk_create(
+        Saga(project=shop, saga_id=f"bulk-{n:05d}", name=f"order {n}", status="COMPLETED",
+             created_at=now, updated_at=now)
+        for n in range(5000)
+    )  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE sagaboard_saga")
+    with CaptureQueriesContext(connection) as queries:
+        found(shop, "q=s-re")
+    probe = next(q["sql"] for q in queries.captured_queries if "LIMIT 1001" in q["sql"])
+    explained = plan(probe, None)
+    wanted = (
+        ["saga_project_name_nocase", "sqlite_autoindex_sagaboard_saga"]
+        if connection.vendor == "sqlite"
+        else ["saga_project_name_prefix", "saga_project_id_prefix"]
+    )
+    assert all(name in explained for name in wanted), explained
