@@ -1,65 +1,83 @@
-// Work queues (approvals, failed undos): confirmations, keyboard shortcuts, empty notes.
+// Work queues (approvals, failed undos): confirmations, the approve / reject dialog of the
+// keys a and r (keys.js holds every shortcut), empty notes.
 // A static file: no inline script anywhere (a strict CSP stays possible).
 (function () {
-  function items() { return Array.prototype.slice.call(document.querySelectorAll("li.approval, li.failure")); }
+  // The approve / reject dialog. keys.js sends "sagaboard:keyconfirm" for a / r on an
+  // approval (its buttons carry data-key-dialog); no key decides (OPERATOR_UX 4.8): the
+  // dialog shows the item, what its undo runs and the reason, and only its own button
+  // goes on, by clicking the item's button (the same htmx form as a click on the page).
+  var dialog = document.getElementById("decide-dialog");
+  var asked = null; // {item: the approval's element id, value: "approve" or "reject"}
 
-  function current() {
-    var el = document.activeElement;
-    return el && el.closest ? el.closest("li.approval, li.failure") : null;
+  function copyOf(node) {
+    var copy = node.cloneNode(true);
+    copy.removeAttribute("id");
+    copy.removeAttribute("role");
+    Array.prototype.forEach.call(copy.querySelectorAll("[id]"), function (el) { el.removeAttribute("id"); });
+    return copy;
   }
 
-  function move(step) {
-    var all = items();
-    if (!all.length) return;
-    var at = all.indexOf(current());
-    var next = all[Math.max(0, Math.min(all.length - 1, at + step))] || all[0];
-    next.focus();
-    next.scrollIntoView({ block: "nearest" });
+  // The item's header as one line (not a <header>: in a dialog it would be a banner).
+  function summary(item) {
+    var line = document.createElement("p");
+    Array.prototype.forEach.call(item.querySelector("header").childNodes, function (node) {
+      if (node.nodeType === 1 && node.matches("input, .permalink")) return;
+      line.appendChild(node.nodeType === 1 ? copyOf(node) : node.cloneNode(true));
+    });
+    return line;
   }
 
-  function decide(item, value) {
-    var form = item.querySelector("form");
-    if (!form) return;
-    var reason = form.querySelector("input[name=reason]");
-    var button = form.querySelector("button[value=" + value + "]");
-    if (!button) return;
-    if (reason && reason.required && !reason.value.trim()) { reason.focus(); reason.reportValidity(); return; }
-    button.click();
+  function ask(item, button) {
+    var value = button.value;
+    asked = { item: item.id, value: value };
+    dialog.querySelector("h2").textContent = value === "approve" ? "Approve this undo?" : "Reject this undo?";
+    var what = dialog.querySelector(".decide-what");
+    what.replaceChildren(summary(item));
+    [".runs", ".cannot-run"].forEach(function (selector) {
+      var part = item.querySelector(selector);
+      if (part) what.appendChild(copyOf(part));
+    });
+    var go = dialog.querySelector("button.decide-go");
+    go.textContent = button.textContent.trim();
+    go.className = "decide-go " + (value === "approve" ? "approve" : "reject");
+    var reason = dialog.querySelector("input[name=reason]");
+    var typed = item.querySelector("input[name=reason]");
+    reason.value = typed ? typed.value : "";
+    dialog.querySelector("[data-enter-hint]").textContent = "";
+    dialog.returnValue = "";
+    dialog.showModal();
+    reason.focus();
   }
 
-  function enterHint(form) {
-    var flash = document.getElementById("flash");
-    if (!flash) return;
-    var names = Array.prototype.map.call(
-      form.querySelectorAll("button[type=submit]:not(.enter-guard)"),
-      function (b) { return "\u201c" + b.textContent.trim() + "\u201d"; });
-    flash.textContent = "Enter does not decide: click " + names.join(" or ") + ".";
-    flash.className = "message info";
-    flash.setAttribute("role", "status");
-    flash.hidden = false;
-  }
-
-  document.addEventListener("keydown", function (e) {
-    var typing = e.target.matches && e.target.matches("input, textarea, select");
-    if (typing && e.key !== "Escape") {
-      // Enter never decides: a decision form's first submit button is a disabled guard
-      // (templates/sagaboard/_enter_guard.html), so the browser submits nothing; say so.
-      if (e.key === "Enter" && e.target.form && e.target.form.querySelector("button.enter-guard")) {
-        e.preventDefault();
-        enterHint(e.target.form);
+  function answered() {
+    var item = asked && document.getElementById(asked.item);
+    var reason = dialog.querySelector("input[name=reason]").value;
+    var typed = item && item.querySelector("input[name=reason]");
+    if (typed) typed.value = reason; // what was typed stays, decided or not
+    if (dialog.returnValue === "decide" && asked) {
+      var button = item && item.querySelector("form.decide button[value=" + asked.value + "]");
+      if (button) button.click();
+      else {
+        var flash = document.getElementById("flash");
+        flash.textContent = "That approval is no longer waiting: nothing was decided.";
+        flash.className = "message info";
+        flash.setAttribute("role", "status");
+        flash.hidden = false;
       }
-      return;
     }
-    if (e.ctrlKey || e.metaKey || e.altKey) return;
-    var item = current();
-    if (e.key === "j") { move(1); e.preventDefault(); }
-    else if (e.key === "k") { move(-1); e.preventDefault(); }
-    else if (e.key === "Escape") { if (item) item.focus(); }
-    else if (e.key === "/") { var r = document.querySelector("form.bulk input[name=reason]"); if (r) { r.focus(); e.preventDefault(); } }
-    else if (item && e.key === "x") { var box = item.querySelector("input[type=checkbox]"); if (box) box.click(); }
-    else if (item && e.key === "a") { decide(item, "approve"); e.preventDefault(); }
-    else if (item && e.key === "r") { decide(item, "reject"); e.preventDefault(); }
-  });
+    if (item) item.focus();
+    asked = null;
+  }
+
+  if (dialog) {
+    document.addEventListener("sagaboard:keyconfirm", function (e) {
+      var item = e.target.closest("li.approval");
+      if (!item || dialog.open) return;
+      e.preventDefault();
+      ask(item, e.target);
+    });
+    dialog.addEventListener("close", answered);
+  }
 
   // Confirm before state-changing bulk or irreversible actions; say how many it covers.
   document.addEventListener("click", function (e) {

@@ -137,6 +137,40 @@ def test_axe_finds_no_serious_violation_on_any_page(
     assert len(checked) == len(PAGES) + len(PUBLIC_PAGES)
 
 
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_axe_finds_no_serious_violation_in_the_keyboard_dialogs(
+    browser: Any, site: Server, session: Any, theme: str
+) -> None:
+    """The shortcuts dialog (``?``) over a list with its current row marked, and the queue's
+    decision dialog (``a``), open and checked by axe like any page."""
+    from playwright.sync_api import expect
+
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 900}, color_scheme=theme, storage_state=session
+    )
+    errors: list[str] = []
+    failures: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for name, key, dialog in (
+            ("saga-list", "?", "Keyboard shortcuts"),
+            ("saga-rollback-failed", "?", "Keyboard shortcuts"),
+            ("approval-queue", "a", "Approve this undo?"),
+        ):
+            page = _open(context, site.url + PAGES[name], errors)
+            page.goto(site.url + PAGES[name])
+            page.locator("h1").click()
+            page.keyboard.press("j")
+            page.keyboard.press(key)
+            expect(page.get_by_role("dialog", name=dialog)).to_be_visible()
+            if violations := _violations(page):
+                failures[f"{theme} {name} with the {dialog!r} dialog"] = violations
+            page.close()
+    finally:
+        context.close()
+    assert not failures, "axe found serious/critical violations:\n" + _describe(failures)
+    assert not errors, errors
+
+
 def test_the_check_catches_a_violation(browser: Any, site: Server, session: Any) -> None:
     """The harness itself: an unlabelled field and an image without a text alternative,
     added to a real page, are reported (so an empty result means something)."""

@@ -310,8 +310,9 @@ def add_and_revoke_token(root: Person) -> None:
 
 
 def decide_by_keyboard(queue: Tab, tool: str, reason: str, how: str) -> None:
-    """Type the reason, then decide with the queue's shortcuts: Escape then ``r`` rejects,
-    Escape then ``a`` approves (no Enter in the reason field ever decides)."""
+    """Type the reason, then decide with the queue's shortcuts: Escape then ``r`` (reject)
+    or ``a`` (approve) opens the decision dialog, which shows the item's text and the
+    reason; its own button decides (no key, and no Enter in a reason field, ever does)."""
     from playwright.sync_api import expect
 
     item = queue.page.locator("#approval-items li.approval", has_text=tool)
@@ -321,6 +322,12 @@ def decide_by_keyboard(queue: Tab, tool: str, reason: str, how: str) -> None:
     reason_box.press("Escape")
     expect(item).to_be_focused()
     queue.page.keyboard.press("r" if how == "reject" else "a")
+    dialog = queue.page.locator("#decide-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text(tool)
+    expect(dialog.locator("input[name=reason]")).to_have_value(reason)
+    assert_inert(queue, tool)  # the dialog's copy of the item is text too
+    dialog.locator("button.decide-go").click()
     expect(queue.page.locator("#flash")).to_contain_text(tool)
     expect(item).to_have_count(0)
 
