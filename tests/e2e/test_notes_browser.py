@@ -2,7 +2,7 @@
 assigns a saga to themselves, writes a Markdown note about a step (a script in it stays
 text), edits it (the history shows the old text), and the list shows the owner and the note
 count and finds the saga under "Assigned to me". No console errors.
-Screenshot: test-artifacts/saga-notes.png.
+Screenshots (the notes section, light and dark): test-artifacts/saga-notes-*.png.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.chromium import Tab, chromium
+from tests.support.chromium import ARTIFACTS, chromium
 from tests.support.live_server import ROOT, Server, manage, temp_database
 
 pytestmark = pytest.mark.slow
@@ -97,7 +97,11 @@ def test_assign_write_edit_and_find_a_note(site: str, ann: Any) -> None:
     expect(note.locator(".note-body")).to_contain_text("Gateway back at 10:40")
     note.locator("summary", has_text="History").click()
     expect(note.locator("pre.note-old")).to_contain_text("Gateway **down** since 10:00")
-    Tab(ann).screenshot("saga-notes.png")
+    ARTIFACTS.mkdir(exist_ok=True)
+    ann.locator("#notes").screenshot(path=str(ARTIFACTS / "saga-notes-light.png"))
+    ann.emulate_media(color_scheme="dark")
+    ann.locator("#notes").screenshot(path=str(ARTIFACTS / "saga-notes-dark.png"))
+    ann.emulate_media(color_scheme="light")
 
     ann.goto(site + "/")
     ann.click("text=Assigned to me")
