@@ -8,6 +8,7 @@ from sagaboard.api.v1 import api
 from sagaboard.web import (
     export_pages,
     health_pages,
+    inbox_pages,
     note_pages,
     pages,
     payload_pages,
@@ -34,6 +35,8 @@ urlpatterns = [
     path("approvals/<int:pk>/decide/", queue_pages.approval_decide, name="approval_decide"),
     path("approvals/bulk/", queue_pages.approvals_bulk, name="approvals_bulk"),
     path("attention/", queue_pages.attention, name="attention"),
+    path("inbox/", inbox_pages.inbox, name="inbox"),
+    path("inbox/badges/", inbox_pages.badges, name="inbox_badges"),
     path("steps/<int:pk>/action/", queue_pages.step_action, name="step_action"),
     path("steps/bulk/", queue_pages.steps_bulk, name="steps_bulk"),
     path("steps/<int:pk>/acknowledge/", queue_pages.step_acknowledge, name="step_acknowledge"),

@@ -39,6 +39,7 @@ PAGES: dict[str, str] = {
     "tokens": "/tokens/",
     "tools": "/tools/",
     "tool": "/tools/refund_payment/",
+    "inbox": "/inbox/",
 }
 """Every page a signed-in user reaches from the navigation, and saga pages with steps in
 several states (ROLLBACK_FAILED, AWAITING_APPROVAL, REJECTED, ROLLED_BACK, COMPENSATING)."""

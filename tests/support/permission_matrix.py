@@ -231,6 +231,12 @@ PAGES: list[Row] = [
         action="bulk approve, htmx",
         data={"approval": "{approval}", "decision": "approve", "reason": "checked"}, htmx=True),
     _get_on_post_only("approvals_bulk", "/approvals/bulk/"),
+    Row("Pages", "inbox", "GET", "/inbox/",
+        page(viewer=f"200 {NOTHING}", operator=f"200 {NOTHING}", approver="200", admin="200",
+             stranger=f"200 {NOTHING}", norole=f"200 {NOTHING}"),
+        shows="{saga_id}"),  # the approval waiting for a vote
+    Row("Pages", "inbox_badges", "GET", "/inbox/badges/",
+        page(members="200", stranger="200", norole="200")),
     Row("Pages", "attention", "GET", "/attention/",
         page(members="200", stranger=f"200 {NOTHING}", norole=f"200 {NOTHING}"),
         shows="{failed_saga_id}"),

@@ -48,11 +48,11 @@ def get(client: Client, url: str) -> str:
 
 def test_every_page_lists_the_keys_of_every_page_and_links_where_g_goes(shop: Project) -> None:
     page = get(login("viewer", shop), "/overview/")
-    assert keys_of(page) == ["/", "g", "g", "g", "g", "g", "?", "Esc"]
+    assert keys_of(page) == ["/", "g", "g", "g", "g", "g", "g", "?", "Esc"]
     dialog = help_dialog(page)
     goes = dict(re.findall(r'<a href="([^"]+)" data-key-go="(\w)">', dialog))
     assert goes == {"/overview/": "o", "/": "s", "/approvals/": "a", "/attention/": "n",
-                    "/tools/": "t"}  # fmt: skip
+                    "/tools/": "t", "/inbox/": "i"}  # fmt: skip
     # No search here: "/" leads to the list's, focused on arrival.
     assert '<a href="/#search-q" data-key-search>' in dialog
     footer = re.search(r'<footer class="page-foot" data-keys-hint hidden>.*?</footer>', page, re.S)
@@ -68,7 +68,7 @@ def test_a_logged_out_page_has_no_shortcuts(client: Client) -> None:
 def test_the_saga_list_lists_its_row_keys_and_marks_its_search_and_rows(shop: Project) -> None:
     storebot_server_saga(shop, "s-1")
     page = get(login("viewer", shop), "/")
-    assert keys_of(page) == ["j", "o", "/", "g", "g", "g", "g", "g", "?", "Esc"]
+    assert keys_of(page) == ["j", "o", "/", "g", "g", "g", "g", "g", "g", "?", "Esc"]
     assert "Focus the search box" in help_dialog(page)
     (search,) = keyed(page, "/")
     assert 'id="search-q"' in search

@@ -1,0 +1,71 @@
+// The navigation's counts (#nav-badges, /inbox/badges/): htmx polls them every 30 s; a live
+// update on this page (any websocket message) asks again within a second. When a count of
+// something for this person grows and they turned notifications on (the inbox's button,
+// remembered in this browser), the browser's Notification API tells them.
+(function () {
+  "use strict";
+  var KEY = "sagaboard.notify";
+  var WORDS = {
+    approvals: "approval(s) wait for your vote",
+    failures: "failed undo(s) wait for an operator",
+    assigned: "saga(s) assigned to you need you",
+  };
+  var timer = null;
+  var last = null;
+
+  function refreshSoon() {
+    if (timer) return;
+    timer = setTimeout(function () {
+      timer = null;
+      document.body.dispatchEvent(new CustomEvent("badges-refresh"));
+    }, 1000);
+  }
+
+  function counts(el) {
+    var found = {};
+    Object.keys(WORDS).forEach(function (k) { found[k] = parseInt(el.dataset[k] || "0", 10); });
+    return found;
+  }
+
+  function notify(now) {
+    if (last === null) { last = now; return; }
+    var grown = Object.keys(WORDS).filter(function (k) { return now[k] > last[k]; });
+    last = now;
+    if (!grown.length || localStorage.getItem(KEY) !== "on") return;
+    if (!("Notification" in window) || Notification.permission !== "granted") return;
+    var body = grown.map(function (k) { return now[k] + " " + WORDS[k]; }).join("; ");
+    var shown = new Notification("Sagaboard", { body: body, tag: "sagaboard-inbox" });
+    shown.onclick = function () { window.focus(); window.location.href = "/inbox/"; };
+  }
+
+  document.addEventListener("htmx:wsAfterMessage", refreshSoon);
+  document.addEventListener("htmx:afterSwap", function (evt) {
+    if (evt.target && evt.target.id === "nav-badges") {
+      var el = evt.target.querySelector(".nav-badges");
+      if (el) notify(counts(el));
+    }
+  });
+
+  // The inbox's opt-in: ask the browser once, remember the choice here.
+  document.addEventListener("DOMContentLoaded", function () {
+    var button = document.getElementById("notify-on");
+    var state = document.getElementById("notify-state");
+    if (!button || !("Notification" in window)) return;
+    button.parentElement.hidden = false;
+    function say() {
+      var on = localStorage.getItem(KEY) === "on" && Notification.permission === "granted";
+      button.textContent = on ? "Stop notifying me in this browser" : "Notify me in this browser";
+      state.textContent = Notification.permission === "denied"
+        ? "This browser blocks notifications from this site."
+        : (on ? "On: you hear of new approvals, failed undos and assignments." : "");
+    }
+    button.addEventListener("click", function () {
+      if (localStorage.getItem(KEY) === "on") { localStorage.removeItem(KEY); say(); return; }
+      Notification.requestPermission().then(function (answer) {
+        if (answer === "granted") localStorage.setItem(KEY, "on");
+        say();
+      });
+    });
+    say();
+  });
+})();
