@@ -1,5 +1,6 @@
 // The navigation's counts (#nav-badges, /inbox/badges/): htmx polls them every 30 s; a live
-// update on this page (any websocket message) asks again within a second. When a count of
+// update on this page (any websocket message) asks again, at most once every 2 s (a busy
+// stream of updates costs one small request per 2 s, not one per message). When a count of
 // something for this person grows and they turned notifications on (the inbox's button,
 // remembered in this browser), the browser's Notification API tells them.
 (function () {
@@ -18,7 +19,7 @@
     timer = setTimeout(function () {
       timer = null;
       document.body.dispatchEvent(new CustomEvent("badges-refresh"));
-    }, 1000);
+    }, 2000);
   }
 
   function counts(el) {

@@ -362,9 +362,14 @@ def test_hostile_text_in_a_saga_stays_text_live_and_rendered(site: Site, user: U
         expect(row(listing, saga_id).locator("a")).to_be_visible()
         page = detail.page
         expect(page.locator("h1")).to_contain_text(name)
-        for summary in page.locator("li.step > details > summary").all():
-            summary.click()  # open Input, Output, their diff and Traceback (not tree nodes)
         first, second = page.locator("ol.timeline > li").all()
+        opened = first.locator('.jt-leaf[data-path="output.img"]')
+        for _ in range(5):  # a late live update redraws the cards, closed: open them again
+            # Input, Output, their diff and Traceback (not tree nodes)
+            page.eval_on_selector_all("li.step > details", "all => all.forEach(d => d.open = true)")
+            if opened.is_visible():
+                break
+            page.wait_for_timeout(500)
         for key, payload in (("script", SCRIPT), ("img", IMG)):
             # JSON trees (README "Reading payloads"): each string shown as text, quoted.
             for where, root in ((first, "input"), (first, "output"), (second, "input")):
