@@ -1,24 +1,29 @@
 // The navigation's counts (#nav-badges, /inbox/badges/): htmx polls them every 30 s; a live
-// update on this page (any websocket message) asks again, at most once every 2 s (a busy
-// stream of updates costs one small request per 2 s, not one per message). When a count of
+// update on this page (any websocket message) asks again at once, then at most once every
+// 2 s (a busy stream of updates costs one small request per 2 s, not one per message). When a count of
 // something for this person grows and they turned notifications on (the inbox's button,
 // remembered in this browser), the browser's Notification API tells them.
 (function () {
   "use strict";
   var KEY = "sagaboard.notify";
-  var WORDS = {
-    approvals: "approval(s) wait for your vote",
-    failures: "failed undo(s) wait for an operator",
-    assigned: "saga(s) assigned to you need you",
+  var WORDS = {  // [one, more]
+    approvals: ["approval waits for your vote", "approvals wait for your vote"],
+    failures: ["failed undo waits for an operator", "failed undos wait for an operator"],
+    assigned: ["saga assigned to you needs you", "sagas assigned to you need you"],
   };
-  var timer = null;
+  var resting = false;
+  var again = false;
   var last = null;
 
+  // At once on the first live update, then at most once per 2 s while more arrive (the last
+  // one always gets its refresh).
   function refreshSoon() {
-    if (timer) return;
-    timer = setTimeout(function () {
-      timer = null;
-      document.body.dispatchEvent(new CustomEvent("badges-refresh"));
+    if (resting) { again = true; return; }
+    document.body.dispatchEvent(new CustomEvent("badges-refresh"));
+    resting = true;
+    setTimeout(function () {
+      resting = false;
+      if (again) { again = false; refreshSoon(); }
     }, 2000);
   }
 
@@ -34,7 +39,9 @@
     last = now;
     if (!grown.length || localStorage.getItem(KEY) !== "on") return;
     if (!("Notification" in window) || Notification.permission !== "granted") return;
-    var body = grown.map(function (k) { return now[k] + " " + WORDS[k]; }).join("; ");
+    var body = grown.map(function (k) {
+      return now[k] + " " + WORDS[k][now[k] === 1 ? 0 : 1];
+    }).join("; ");
     var shown = new Notification("Sagaboard", { body: body, tag: "sagaboard-inbox" });
     shown.onclick = function () { window.focus(); window.location.href = "/inbox/"; };
   }
