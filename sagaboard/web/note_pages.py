@@ -1,8 +1,8 @@
 """Notes and owners from the saga page (``domain.notes``, ``domain.ownership``).
 
 Thin views: each posts to its service and goes back to where the form was (the saga's
-notes, or the page named by ``next``) with what happened as a message; a refusal is the
-service's message (no change made).
+notes, or the page named by ``next``) with what happened as a message; a refusal is a
+page with the service's status and message, nothing changed, and a link back.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from django.views.decorators.http import require_POST
 from sagaboard.domain import notes, ownership
 from sagaboard.errors import ServiceError
 from sagaboard.models import Saga
+from sagaboard.web.next_path import next_path
 
 
 def _back(request: HttpRequest, saga: Saga | None, anchor: str = "notes") -> HttpResponse:
     """To the form's ``next`` (a path of this site), else the saga page at ``anchor``."""
-    wanted = request.POST.get("next", "")
-    if wanted.startswith("/") and not wanted.startswith("//"):
+    wanted = next_path(request)
+    if wanted:
         return redirect(wanted)
     if saga is None:
         return redirect("saga_list")
@@ -35,9 +36,8 @@ HEADINGS = {403: "Not allowed", 404: "Not found", 409: "Not done"}
 
 def _refused(request: HttpRequest, err: ServiceError) -> HttpResponse:
     """The refusal with its status and message, nothing changed, and the way back."""
-    wanted = request.POST.get("next", "")
-    back = wanted if wanted.startswith("/") and not wanted.startswith("//") else ""
-    context = {"message": err.message, "heading": HEADINGS.get(err.status), "back": back}
+    context = {"message": err.message, "heading": HEADINGS.get(err.status),
+               "back": next_path(request)}  # fmt: skip
     return render(request, "sagaboard/bad_request.html", context, status=err.status)
 
 

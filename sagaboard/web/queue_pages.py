@@ -18,6 +18,7 @@ from sagaboard.domain import action_reports, approvals, operator_actions, owners
 from sagaboard.errors import ServiceError
 from sagaboard.selectors import visible
 from sagaboard.web import presenters
+from sagaboard.web.next_path import next_path
 
 
 def _ids(request: HttpRequest, name: str) -> list[int]:
@@ -138,9 +139,7 @@ def attention(request: HttpRequest) -> HttpResponse:
 @require_POST
 def step_action(request: HttpRequest, pk: int) -> HttpResponse:
     """Retry, resolve or leave one failed undo (from the attention page or the saga page)."""
-    back = request.POST.get("next") or "attention"
-    if not back.startswith("/") or back.startswith("//"):
-        back = "attention"  # never redirect off-site
+    back = next_path(request) or "attention"  # never redirect off-site
     try:
         step = operator_actions.step_act(
             step_pk=pk, user=request.user, action=request.POST.get("action", ""),

@@ -7,21 +7,17 @@ Notification API (recorded by a stand-in: headless Chromium shows none). No cons
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.chromium import chromium
-from tests.support.live_server import DEMO_UNDOS, ROOT, Server, manage, temp_database
+from tests.support.e2e_site import seeded_site, signed_in
+from tests.support.live_server import manage
 
 pytestmark = pytest.mark.slow
 
-PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 WAIT_MS = 20_000
 PASSWORD = "pw-inbox-e2e-1618"
 
@@ -49,44 +45,19 @@ window.Notification = Recorded;
 """
 
 
-def shell(url: str, code: str) -> None:
-    env = {**DEMO_UNDOS, **os.environ, "DATABASE_URL": url}
-    done = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", code],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, f"manage.py shell failed:\n{done.stdout}\n{done.stderr}"
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    kind = "postgres" if PG else "sqlite"
-    with temp_database(kind, tmp_path_factory.mktemp("e2e-inbox")) as url:
-        manage(url, "migrate", "--no-input", "-v0")
-        shell(url, MAKE_PEOPLE)
-        with Server(url, debug=False) as server:
-            yield server.url, url
+    with seeded_site(tmp_path_factory.mktemp("e2e-inbox"), MAKE_PEOPLE) as found:
+        yield found
 
 
 @pytest.fixture
 def ann(site: tuple[str, str]) -> Iterator[Any]:
     base, _ = site
-    with chromium(WAIT_MS) as browser:
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        context.add_init_script(RECORD_NOTIFICATIONS)
-        page = context.new_page()
-        page.set_default_timeout(WAIT_MS)
-        errors: list[str] = []
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(base + "/login/")
-        page.fill("input[name=username]", "ann")
-        page.fill("input[name=password]", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_selector("#saga-rows")
+    with signed_in(
+        base, "ann", PASSWORD, wait_ms=WAIT_MS, init_script=RECORD_NOTIFICATIONS
+    ) as page:
         yield page
-        assert errors == [], errors
-        context.close()
 
 
 def test_a_live_approval_counts_on_the_badge_and_is_announced(
@@ -103,14 +74,14 @@ def test_a_live_approval_counts_on_the_badge_and_is_announced(
     ann.goto(base + "/approvals/")  # a page with a live feed
     expect(ann.locator("#nav-badges .nav-badges")).to_have_attribute("data-approvals", "0")
     asked = time.monotonic()
-    shell(url, ASK.format(saga_id="s-1"))
+    manage(url, "shell", "-c", ASK.format(saga_id="s-1"))
     stored = time.monotonic()
     badge = ann.locator("#nav-badges a.nav-badge-approvals")
     expect(badge).to_contain_text("1 approval waits for your vote")
     shown = time.monotonic()
     print(f"\nbadge update: {(shown - stored) * 1000:.0f} ms after the approval was stored "
           f"({(shown - asked) * 1000:.0f} ms after the shell began)")  # fmt: skip
-    shell(url, ASK.format(saga_id="s-2"))
+    manage(url, "shell", "-c", ASK.format(saga_id="s-2"))
     expect(ann.locator("#nav-badges .nav-badges")).to_have_attribute("data-approvals", "2")
     shown_by = ann.evaluate("window.__shown")
     assert any("approvals wait for your vote" in body for _, body in shown_by), shown_by

@@ -7,20 +7,16 @@ Screenshots (the notes section, light and dark): test-artifacts/saga-notes-*.png
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.chromium import ARTIFACTS, chromium
-from tests.support.live_server import ROOT, Server, manage, temp_database
+from tests.support.chromium import ARTIFACTS
+from tests.support.e2e_site import seeded_site, signed_in
 
 pytestmark = pytest.mark.slow
 
-PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 WAIT_MS = 15_000
 PASSWORD = "pw-notes-e2e-3141"
 
@@ -40,39 +36,17 @@ build(project)
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    kind = "postgres" if PG else "sqlite"
-    with temp_database(kind, tmp_path_factory.mktemp("e2e-notes")) as url:
-        manage(url, "migrate", "--no-input", "-v0")
-        env = {**os.environ, "DATABASE_URL": url}
-        done = subprocess.run(
-            [sys.executable, "manage.py", "shell", "-c", MAKE_SAGAS],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert done.returncode == 0, f"manage.py shell failed:\n{done.stdout}\n{done.stderr}"
-        with Server(url, debug=False) as server:
-            yield server.url
+    with seeded_site(tmp_path_factory.mktemp("e2e-notes"), MAKE_SAGAS) as (base, _):
+        yield base
 
 
 @pytest.fixture
-def ann(tmp_path_factory: pytest.TempPathFactory, site: str) -> Iterator[Any]:
-    with chromium(WAIT_MS) as browser:
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        page = context.new_page()
-        page.set_default_timeout(WAIT_MS)
-        errors: list[str] = []
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
+def ann(site: str) -> Iterator[Any]:
+    with signed_in(site, "ann", PASSWORD, wait_ms=WAIT_MS) as page:
         dialogs: list[str] = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        page.goto(site + "/login/")
-        page.fill("input[name=username]", "ann")
-        page.fill("input[name=password]", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_selector("#saga-rows")
         yield page
-        assert errors == [], errors
         assert dialogs == [], dialogs  # no alert() from a note's text
-        context.close()
 
 
 def test_assign_write_edit_and_find_a_note(site: str, ann: Any) -> None:
