@@ -1,9 +1,9 @@
 """The four dashboard roles, as Django groups with permissions.
 
-viewer reads; operator also retries and force-resolves failed undos; approver
-also approves or rejects undos (approving does not imply operating); both also
-collaborate (notes, owners, acknowledgements); admin has all of that plus
-projects, tokens and policies.
+viewer reads; operator also retries and force-resolves failed undos and requests
+the rollback of running sagas; approver also approves or rejects undos (approving
+does not imply operating); both also collaborate (notes, owners, acknowledgements);
+admin has all of that plus projects, tokens and policies.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ ROLES: dict[str, list[str]] = {
         "view_saga", "view_step", "view_event", "view_compensationattempt",
         "view_approval", "view_approvalvote", "view_approvalpolicy",
     ],
-    "operator": ["retry_compensation", "resolve_step", "collaborate"],
+    "operator": ["retry_compensation", "resolve_step", "collaborate", "request_rollback"],
     "approver": ["decide_approval", "collaborate"],
     "admin": [
         "manage_policies", "add_project", "change_project", "view_project",

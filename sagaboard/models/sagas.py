@@ -108,6 +108,7 @@ class Saga(models.Model):
             ("decide_approval", "Can approve or reject an undo"),
             ("manage_policies", "Can edit approval policies"),
             ("collaborate", "Can write notes, assign sagas and acknowledge failures"),
+            ("request_rollback", "Can request the rollback of a running saga"),
         ]
         indexes = [
             # The dashboard's lists: newest first, optionally by status; keyset pagination
