@@ -2,9 +2,16 @@
 
 The page says what it shows in the websocket URL: ``?saga=<pk>`` for a saga page,
 ``?list=1`` (with the list's filters) for the first page of the saga list,
-``?queue=1`` for the approval queue, ``?attention=1`` for the failed undos, and
+``?queue=1`` for the approval queue, ``?attention=1`` for the failed undos,
+``?overview=1`` for the overview, ``?badges=1`` for any other page (it hears only
+that something changed, so its navigation badges ask for their counts again), and
 ``after=<log id>`` for the last event it was rendered with, so a browser that
 reconnects catches up on everything it missed from the event log.
+
+The overview and the badges pages hear only the events that can change what they
+count (``_Touches``): at once on the first, then at most once per ``SOON_SECONDS``
+while more arrive (always once after the last): a page of counts does not need every
+one of a burst's thousand events, and the counts are read afresh for each send.
 
 Who may watch is checked at the handshake and again while the socket is open
 (``sagaboard.live.access``): a session that ends or a user who may no longer see
@@ -35,6 +42,7 @@ from sagaboard.live.access import (
 from sagaboard.live.relay import project_group, recheck, relay
 from sagaboard.models import OPERATOR_STATES, Event, Saga
 from sagaboard.selectors import visible
+from sagaboard.selectors.overview import ATTENTION_STEP_STATES
 
 log = logging.getLogger("sagaboard.live.consumers")
 
@@ -42,11 +50,15 @@ CATCH_UP_PAGE = 1000
 CLOSE_TRY_AGAIN = 1013
 """The re-check itself failed: the browser reconnects (a fresh handshake checks again)."""
 SENT_KEPT = 20_000
+SOON_SECONDS = 1.0
+BADGES_PING = '<span id="live-ping" hx-swap-oob="true"></span>'
+"""What a page without a live body hears: its badges ask again (static/sagaboard/badges.js)."""
 
 
 class SagaFeedConsumer(AsyncWebsocketConsumer):
     revoked = False
     groups: tuple[str, ...] = ()
+    soon: _Soon | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -105,6 +117,8 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
             await super().dispatch(message)
 
     async def disconnect(self, code: int) -> None:
+        if self.soon is not None:
+            self.soon.cancel()
         recheck(access_for_sessions).discard(self)
         await self._leave_groups()
 
@@ -197,6 +211,13 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         self.sent.add(log_id)
         if len(self.sent) > SENT_KEPT * 2:  # forget the oldest half (a resend is harmless)
             self.sent = set(sorted(self.sent)[-SENT_KEPT:])
+        if self.view.overview or self.view.badges:
+            touches = await shared.touches(log_id)
+            if touches.overview if self.view.overview else touches.badges:
+                if self.soon is None:
+                    self.soon = _Soon(self._send_summary)
+                self.soon.ask()
+            return
         if self.view.attention:
             html = await _render_attention(self.user, log_id)  # per user: whole body
         else:
@@ -204,13 +225,58 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         if html and not self.revoked:  # revoked while rendering: the render is dropped
             await self.send(text_data=html)
 
+    async def _send_summary(self) -> None:
+        """The overview's live part (for this user's projects, as of the newest event
+        this socket has), or the badges' ping."""
+        if self.view.overview:
+            newest = max(self.last.values(), default=0)
+            html = await shared.overview(tuple(self.projects), newest)
+        else:
+            html = BADGES_PING
+        if not self.revoked:
+            await self.send(text_data=html)
+
+
+class _Soon:
+    """Run ``send`` now, then at most once per ``SOON_SECONDS`` while asked again.
+
+    Asked during the pause, it runs once more at its end, so the last event of a
+    burst is always shown; asked never again, it rests.
+    """
+
+    def __init__(self, send: Callable[[], Awaitable[None]]) -> None:
+        self.send = send
+        self.again = False
+        self.task: asyncio.Task[None] | None = None
+
+    def ask(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.again = True
+            return
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            self.again = False
+            try:
+                await self.send()
+            except Exception:  # a blink of the database: the next event asks again
+                log.exception("could not send a live summary")
+            await asyncio.sleep(SOON_SECONDS)
+            if not self.again:
+                return
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
 
 class _View:
     """What the browser's page shows, so only fragments with a target on it are sent."""
 
     def __init__(self, saga_pk: int | None, listing: bool, filters: dict[str, str]) -> None:
         self.saga_pk, self.listing, self.filters = saga_pk, listing, filters
-        self.queue = self.attention = False
+        self.queue = self.attention = self.overview = self.badges = False
 
     @classmethod
     def from_params(cls, params: dict[str, str]) -> _View:
@@ -219,6 +285,7 @@ class _View:
         filters = {k: params[k] for k in names if params.get(k)}
         view = cls(int(saga) if saga.isdigit() else None, params.get("list") == "1", filters)
         view.queue, view.attention = params.get("queue") == "1", params.get("attention") == "1"
+        view.overview, view.badges = params.get("overview") == "1", params.get("badges") == "1"
         return view
 
 
@@ -298,6 +365,44 @@ def _render_attention(user: Any, log_id: int) -> str:
     return fragments.attention_body(visible.projects_for_user(user))
 
 
+class _Touches:
+    """What an event can change: the overview's counts and lists, the badges' counts."""
+
+    def __init__(self, event: dict[str, Any] | None) -> None:
+        if event is None:  # gone (retention): nothing to show for it
+            self.overview = self.badges = False
+            return
+        kind, states = event["kind"], {event["from_state"], event["to_state"]}
+        # Forward progress of a step (added, completed) moves no count: the saga's own
+        # events (begin, complete, rollback...) and the undo side do.
+        self.overview = kind not in ("step.add", "step.complete") or bool(states & _OVERVIEW_STATES)
+        # Approvals waiting, failed undos, and the sagas someone owns (any move of one).
+        self.badges = (
+            kind.startswith("approval.")
+            or bool(states & _ATTENTION_STATES)
+            or kind == "saga.assign"
+            or event["saga__owner_id"] is not None
+        )
+
+
+_OVERVIEW_STATES = frozenset(ATTENTION_STEP_STATES)
+
+
+@database_sync_to_async
+def _touches(log_id: int) -> _Touches:
+    event = (
+        Event.objects.filter(pk=log_id)
+        .values("kind", "from_state", "to_state", "saga__owner_id")
+        .first()
+    )
+    return _Touches(event)
+
+
+@database_sync_to_async
+def _render_overview(projects: tuple[int, ...]) -> str:
+    return fragments.overview_live(projects)
+
+
 @database_sync_to_async
 def _render_queue(saga_pk: int, log_id: int) -> str:
     """Queue items touched by this event: a new one appended, a decided one removed."""
@@ -319,9 +424,9 @@ class _Fragments:
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
-        self.tasks: OrderedDict[tuple[str, int, int], asyncio.Task[Any]] = OrderedDict()
+        self.tasks: OrderedDict[tuple[Any, ...], asyncio.Task[Any]] = OrderedDict()
 
-    def _once(self, key: tuple[str, int, int], make: Callable[[], Awaitable[Any]]) -> Any:
+    def _once(self, key: tuple[Any, ...], make: Callable[[], Awaitable[Any]]) -> Any:
         task = self.tasks.get(key)
         if task is None or task.get_loop() is not asyncio.get_running_loop():
             task = self.tasks[key] = asyncio.ensure_future(make())
@@ -351,6 +456,19 @@ class _Fragments:
             return row
         # No longer on this filtered list (it left the status shown): take the row away.
         return fragments.saga_row_gone(saga_pk)
+
+    async def touches(self, log_id: int) -> _Touches:
+        """What the event can change: read once per process, for all its sockets."""
+        found: _Touches = await self._once(("touches", log_id), lambda: _touches(log_id))
+        return found
+
+    async def overview(self, projects: tuple[int, ...], log_id: int) -> str:
+        """The overview for a set of projects as of ``log_id``: once for all its watchers
+        (users of the same projects show the same overview)."""
+        html: str = await self._once(
+            ("overview", projects, log_id), lambda: _render_overview(projects)
+        )
+        return html
 
 
 shared = _Fragments()

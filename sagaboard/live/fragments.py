@@ -24,6 +24,7 @@ SAGA_ROW_LIVE = "sagaboard/saga_list.html#saga-row-live"
 SAGA_ROW_GONE = "sagaboard/saga_list.html#saga-row-gone"
 QUEUE = "sagaboard/approval_queue.html#{}"
 ATTENTION_BODY = "sagaboard/attention.html#attention-body"
+OVERVIEW_LIVE = "sagaboard/overview.html#overview-live"
 
 _LIVE = {"live": True, "oob": True}
 
@@ -61,3 +62,10 @@ def attention_body(projects: Sequence[Project]) -> str:
     """The needs-attention page's whole body (per user: their projects' failures)."""
     groups = work_queues.failures_open(projects)
     return render_to_string(ATTENTION_BODY, {"groups": groups, **_LIVE})
+
+
+def overview_live(project_pks: Sequence[int]) -> str:
+    """The overview's counts and lists for these projects, read afresh."""
+    projects = list(Project.objects.filter(pk__in=project_pks).order_by("slug"))
+    context = presenters.overview_live(projects, fresh=True)
+    return render_to_string(OVERVIEW_LIVE, {**context, **_LIVE})

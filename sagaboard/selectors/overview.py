@@ -41,15 +41,18 @@ class StatusCount:
     css: str = ""
 
 
-def status_counts(projects: Sequence[Project], *, cap: int = COUNT_CAP) -> list[StatusCount]:
+def status_counts(
+    projects: Sequence[Project], *, cap: int = COUNT_CAP, fresh: bool = False
+) -> list[StatusCount]:
     """Sagas per status, each count capped: one short index walk per status, never a scan.
 
     Cached for ``COUNTS_CACHE_SECONDS``: counts that are seconds old still say where
-    things stand, and a page left open and reloaded costs nothing.
+    things stand, and a page left open and reloaded costs nothing. ``fresh`` reads
+    them again (the live overview, sent because something just changed).
     """
     ids = sorted(p.pk for p in projects)
     key = f"sagaboard:counts:{cap}:{','.join(map(str, ids))}"
-    found: list[StatusCount] | None = cache.get(key)
+    found: list[StatusCount] | None = None if fresh else cache.get(key)
     if found is None:
         found = _status_counts(ids, cap)
         cache.set(key, found, COUNTS_CACHE_SECONDS)

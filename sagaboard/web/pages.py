@@ -19,17 +19,18 @@ LIST_LIMIT = list_page.LIST_LIMIT
 @login_required
 @require_GET
 def overview(request: HttpRequest) -> HttpResponse:
-    """Is anything wrong right now? Counts, what waits for a person, failures, throughput."""
+    """Is anything wrong right now? Counts, what waits for a person, failures, throughput.
+
+    Live: the feed (``?overview=1``) sends the counts and lists again as events arrive.
+    """
     projects = visible.projects_for_user(request.user)
     context = {
-        "counts": stats.status_counts(projects),
-        "attention": stats.steps_needing_attention(projects),
-        "failures": stats.recent_failures(projects),
+        "last_log_id": visible.last_event_id(),  # first: what commits later is sent live
+        **presenters.overview_live(projects),
         "charts": [
             (label, stacked_bars(stats.throughput(projects, window)))
             for label, window in (("Last hour", "hour"), ("Last 24 hours", "day"))
         ],
-        "cap": stats.COUNT_CAP,
         "no_role": not request.user.has_perm("sagaboard.view_saga"),
     }
     return render(request, "sagaboard/overview.html", context)

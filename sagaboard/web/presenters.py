@@ -18,8 +18,9 @@ from django.utils import timezone
 
 from sagaboard.domain import ownership, work_queues
 from sagaboard.domain.notes import PERMISSION
-from sagaboard.models import Approval, Event, Saga, Step
+from sagaboard.models import Approval, Event, Project, Saga, Step
 from sagaboard.selectors import notes
+from sagaboard.selectors import overview as stats
 from sagaboard.web import timeline as saga_timeline
 from undo_core import SagaStatus
 
@@ -49,6 +50,15 @@ def timeline(steps: Iterable[Step], approvals: Iterable[Approval]) -> Timeline:
     for a in approvals:
         by_step.setdefault(a.step_id, []).append(a)
     return [(step, by_step.get(step.pk, [])) for step in steps]
+
+
+def overview_live(projects: Sequence[Project], *, fresh: bool = False) -> dict[str, Any]:
+    """The overview's live part: the page and its live feed (``fresh`` counts) show it."""
+    return {
+        "counts": stats.status_counts(projects, fresh=fresh),
+        "attention": stats.steps_needing_attention(projects),
+        "failures": stats.recent_failures(projects),
+    }
 
 
 def saga_page(saga: Saga, *, events: Sequence[Event], last_log_id: int) -> dict[str, Any]:

@@ -7,6 +7,7 @@ Notification API (recorded by a stand-in: headless Chromium shows none). No cons
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -90,3 +91,36 @@ def test_a_live_approval_counts_on_the_badge_and_is_announced(
     ann.goto(base + "/inbox/")
     expect(ann.locator("#inbox-approvals")).to_contain_text("(2)")
     expect(ann.locator("section[aria-labelledby=inbox-approvals] li")).to_have_count(2)
+
+
+def test_a_page_without_a_live_body_counts_a_live_approval_too(
+    site: tuple[str, str], ann: Any
+) -> None:
+    """The tools page has no feed of its own: the navigation's ping feed wakes its badges."""
+    from playwright.sync_api import expect
+
+    base, url = site
+    ann.goto(base + "/tools/")
+    counts = ann.locator("#nav-badges .nav-badges")
+    expect(counts).to_have_attribute("data-approvals", re.compile(r"\d+"))
+    before = int(counts.get_attribute("data-approvals") or "0")
+    manage(url, "shell", "-c", ASK.format(saga_id="s-3"))
+    stored = time.monotonic()
+    # Well within the 30 s poll: the ping arrives with the event.
+    expect(counts).to_have_attribute("data-approvals", str(before + 1), timeout=10_000)
+    print(f"\nbadge on a page without a feed: {(time.monotonic() - stored) * 1000:.0f} ms")
+
+
+def test_the_overview_shows_a_new_approval_live(site: tuple[str, str], ann: Any) -> None:
+    from playwright.sync_api import expect
+
+    base, url = site
+    ann.goto(base + "/overview/")
+    waiting = ann.locator("#overview-live a[href*='waiting=1'] strong")
+    expect(waiting).to_have_text(re.compile(r"\d+"))
+    before = int(waiting.inner_text())
+    manage(url, "shell", "-c", ASK.format(saga_id="s-4"))
+    stored = time.monotonic()
+    expect(waiting).to_have_text(str(before + 1), timeout=10_000)
+    expect(ann.locator("#overview-live table.attention")).to_contain_text("s-4")
+    print(f"\noverview live: {(time.monotonic() - stored) * 1000:.0f} ms after it was stored")

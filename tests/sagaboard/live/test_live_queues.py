@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,7 +17,7 @@ from sagaboard.live.relay import stop_all
 from sagaboard.models import Approval, Project
 from sagaboard.selectors.visible import last_event_id
 from tests.support.hitl import person, storebot_server_saga
-from tests.support.live_feed import feed, received
+from tests.support.live_feed import feed, received, run_saga
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -75,3 +76,72 @@ async def test_failed_undos_reach_the_attention_page_live(world: dict[str, Any])
     text = await received(comm, r'id="attention-body" hx-swap-oob="true"')
     assert "return_item" in text and "upstream timed out" in text
     await comm.disconnect()
+
+
+async def test_the_overview_shows_a_new_failure_live_with_fresh_counts(
+    world: dict[str, Any],
+) -> None:
+    # The counts are cached for the page (10 s); the live overview reads them again.
+    from sagaboard.selectors import overview
+
+    await database_sync_to_async(overview.status_counts)([world["shop"]])
+    comm = feed(
+        f"overview=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"]
+    )
+    connected, _ = await comm.connect()
+    assert connected
+    await worker_reaches_an_approval(
+        world["shop"], "f-2", refund_needs_approval=False, return_fails_first=3
+    )
+    text = await received(comm, r'id="overview-live" hx-swap-oob="true"')
+    assert "Needs attention" in text and "Sagas by status" in text
+    # Every event of the burst up to the failed undo, in one or a few sends (at most one
+    # per 2 s): the last one shows the failed undo and its saga counted.
+    while "return_item" not in text:
+        text = await received(comm, r'id="overview-live"')
+    assert "upstream timed out" in text
+    assert "csrfmiddlewaretoken" not in text
+    await comm.disconnect()
+
+
+async def test_a_burst_of_events_reaches_the_overview_as_a_few_sends(
+    world: dict[str, Any],
+) -> None:
+    comm = feed(
+        f"overview=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"]
+    )
+    connected, _ = await comm.connect()
+    assert connected
+    before = await database_sync_to_async(last_event_id)()
+    for n in range(5):
+        await run_saga(world["shop"], f"burst-{n}")
+    events = await database_sync_to_async(last_event_id)() - before
+    sends = [await received(comm, r'id="overview-live"')]
+    while not await comm.receive_nothing(timeout=2.5):  # the pause is 2 s
+        sends.append(await comm.receive_from())
+    # At once, then at most once per 2 s, always once after the last event: a couple of
+    # sends for the whole burst, not one per event; the last counts every saga.
+    assert events >= 15 and 2 <= len(sends) < events / 3, (events, len(sends))
+    assert re.search(r"COMPLETED</span>\s*<strong>5</strong>", sends[-1]), sends[-1]
+    await comm.disconnect()
+
+
+async def test_a_page_without_a_live_body_hears_a_ping_for_its_badges(
+    world: dict[str, Any],
+) -> None:
+    comm = feed("badges=1", world["cookie"])
+    connected, _ = await comm.connect()
+    assert connected
+    await run_saga(world["shop"], "quiet-1")  # nobody's: no badge counts it
+    assert await comm.receive_nothing(timeout=1.5)
+    await worker_reaches_an_approval(world["shop"], "ping-1")
+    text = await received(comm, r'id="live-ping"')
+    assert text == '<span id="live-ping" hx-swap-oob="true"></span>'  # no saga content
+    await comm.disconnect()
+
+
+async def test_the_badges_feed_is_refused_without_a_login(world: dict[str, Any]) -> None:
+    comm = feed("badges=1", None)
+    connected, _ = await comm.connect()
+    assert connected  # accepted, then closed at once (4401)
+    assert (await comm.receive_output(timeout=2))["code"] == 4401
