@@ -3,7 +3,7 @@
 Starts the demo on a throw-away SQLite database and a live server (as the browser tests do:
 tests/support/demo_site.py), logs in as demo/demo in Debian's headless Chromium, and saves
 <page>-light.png and <page>-dark.png for the overview, the saga list, a saga whose rollback
-failed, the approval queue and the needs-attention page into docs/screenshots/.
+failed, the approval queue, the needs-attention page and the inbox into docs/screenshots/.
 
     .venv/bin/python scripts/screenshots.py            # all of them
     .venv/bin/python scripts/screenshots.py --only overview,saga-list --theme dark
@@ -32,6 +32,7 @@ SHOTS = {
     "saga-rollback-failed": PAGES["saga-rollback-failed"],
     "approval-queue": PAGES["approval-queue"],
     "needs-attention": PAGES["needs-attention"],
+    "inbox": PAGES["inbox"],
 }
 THEMES = ("light", "dark")
 
