@@ -356,6 +356,33 @@ def spool_rows(path: Path) -> int:
         db.close()
 
 
+def test_a_spool_in_a_folder_that_does_not_exist_yet_gets_its_folder(
+    fake: Any, make_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The README's spool="var/sagaboard.spool", pasted into a fresh project folder.
+    monkeypatch.chdir(tmp_path)
+    store = make_store(spool="var/sagaboard.spool")
+    store.apply(bulk_change(1))
+    assert store.flush(5)
+    store.close()
+    assert (tmp_path / "var" / "sagaboard.spool").is_file()
+    assert fake.applied_ids() == ids_of("bulk-1", 1)
+
+
+def test_a_spool_path_that_cannot_be_a_file_is_refused_naming_it_and_what_to_do(
+    make_store: Any, tmp_path: Path
+) -> None:
+    with pytest.raises(StoreError, match="is a folder: give a file path inside it"):
+        make_store(spool=tmp_path)
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file where the folder should be")
+    with pytest.raises(StoreError) as refused:
+        make_store(spool=blocker / "spool.db")
+    message = str(refused.value)
+    assert repr(str(blocker)) in message and repr(str(blocker / "spool.db")) in message
+    assert "create it, or pass a spool= path" in message
+
+
 def test_events_left_in_the_spool_are_sent_first_by_the_next_store(
     fake: Any, make_store: Any, tmp_path: Path
 ) -> None:
