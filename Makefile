@@ -10,7 +10,7 @@ HOST_PORT := 127.0.0.1:8000
 # Second test run; override to point at another server.
 SAGABOARD_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/sagaboard
 
-.PHONY: help venv install run lint test test-fast test-sqlite test-postgres bench bench-check fuzz vendor fmt
+.PHONY: help venv install run lint test test-fast test-sqlite test-postgres bench bench-check fuzz vendor fmt dist check-dist
 
 help:
 	@echo "make run            install deps, migrate, serve on http://$(HOST_PORT)/"
@@ -23,6 +23,8 @@ help:
 	@echo "make bench          every benchmark, full size, writes docs/benchmarks.md (ONLY=engine,pages,...)"
 	@echo "make bench-check    the small version; fails on a large ratio regression (CI runs it)"
 	@echo "make fuzz           the API fuzzer for 10 min (FUZZ_SECONDS=600) on SQLite, then PostgreSQL"
+	@echo "make dist           build the undo-core and sagaboard wheels and sdists into dist/"
+	@echo "make check-dist     dist, then install the undo-core wheel alone in a fresh venv and check it (CI runs it)"
 	@echo "make vendor         re-vendor htmx, htmx-ext-ws and axe-core (tests only) from npm into static/vendor/"
 	@echo "make venv|install   create .venv (Python >= 3.12, see .ci/find-python) / install deps"
 
@@ -37,11 +39,11 @@ $(VPY):
 
 install: $(STAMP)
 
-# Re-installs only when pyproject.toml changes or the venv is recreated. The editable install maps
-# top-level packages statically, so it is also redone once undo_core/ first appears.
-$(STAMP): pyproject.toml $(wildcard undo_core/__init__.py) | $(VPY)
+# Re-installs only when a pyproject.toml changes or the venv is recreated. Both distributions,
+# editable, in one pip run: sagaboard's pin on undo-core is met by this checkout's own.
+$(STAMP): pyproject.toml packaging/undo-core/pyproject.toml $(wildcard undo_core/__init__.py) | $(VPY)
 	$(VPY) -m pip install --quiet --upgrade pip
-	$(VPY) -m pip install --quiet -e ".[dev]"
+	$(VPY) -m pip install --quiet -e packaging/undo-core -e ".[dev]"
 	@touch $@
 
 # The embedded default: SQLite, a web process and a worker; DEBUG on for a local dashboard.
@@ -56,6 +58,14 @@ run: install
 	@$(VPY) -m celery -A sagaboard worker -B --pool=solo \
 		--loglevel=warning & worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
 	$(VPY) -m uvicorn sagaboard.config.asgi:application --host $(firstword $(subst :, ,$(HOST_PORT))) --port $(lastword $(subst :, ,$(HOST_PORT))) --reload
+
+dist: install
+	rm -rf dist
+	$(VPY) -m build --sdist --wheel --outdir dist packaging/undo-core
+	$(VPY) -m build --sdist --wheel --outdir dist .
+
+check-dist: install
+	$(VPY) scripts/check_sdk_wheel.py --out dist
 
 lint: install
 	$(VPY) -m ruff check .

@@ -141,7 +141,7 @@ ROOT_URLCONF = "sagaboard.config.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [],  # templates/ is the app's own (sagaboard/templates links to it)
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -292,7 +292,7 @@ LOGIN_REDIRECT_URL = "saga_list"
 LOGOUT_REDIRECT_URL = "login"
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS: list[Path] = []  # static/ is the app's own (sagaboard/static links to it)
 STATIC_ROOT = VAR_DIR / "static"  # made at start-up: whitenoise looks there first
 # whitenoise serves static files from the web processes themselves (no nginx needed):
 # collected and compressed by `manage.py collectstatic` in production, straight from the

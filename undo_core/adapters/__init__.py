@@ -2,7 +2,7 @@
 
 Each adapter lives in its own module so importing one framework never imports
 another: ``undo_core.adapters.pydantic_ai``, ``undo_core.adapters.openai_agents``
-and ``undo_core.adapters.langchain`` (install the ``sagaboard[...]`` extra of
+and ``undo_core.adapters.langchain`` (install the ``undo-core[...]`` extra of
 the same name). The tool call id of every call is kept on its step, in
 ``step.metadata["tool_call_id"]``.
 """

@@ -40,7 +40,8 @@ try:
     from mcp.types import CallToolResult
 except ImportError as err:  # pragma: no cover - mcp missing, or the 1.x API (FastMCP)
     raise ImportError(
-        f"undo-mcp needs the mcp SDK's MCPServer (mcp 2.x): pip install 'sagaboard[mcp]' ({err})"
+        f"undo-mcp needs the mcp SDK's MCPServer (mcp 2.x): pip install 'undo-core[mcp]' ({err})",
+        name="mcp",
     ) from err
 
 from .backends import Backend, LocalBackend, RemoteBackend, Reply, ToolInputError
