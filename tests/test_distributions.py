@@ -42,7 +42,7 @@ def test_undo_core_is_built_from_the_one_tree_and_needs_only_httpx() -> None:
     config = project(ROOT / "packaging" / "undo-core" / "pyproject.toml")
     assert config["dependencies"] == ["httpx>=0.27"]
     assert set(config["optional-dependencies"]) == {  # type: ignore[arg-type]
-        "mcp", "pydantic-ai", "openai-agents", "langchain"
+        "mcp", "pydantic-ai", "openai-agents", "langchain", "otel"
     }  # fmt: skip
 
 

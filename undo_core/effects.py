@@ -23,6 +23,8 @@ class Call(NamedTuple):
     args: tuple[Any, ...]
     timeout: float | None
     what: str
+    span: Any = None
+    """The call's OpenTelemetry span (``undo_core.tracing``), current while it runs."""
 
 
 class Ask(NamedTuple):

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Self
 
+from . import tracing
 from .clock import Clock, SystemClock
 from .errors import TransitionError
 from .flows import CompensationFailureMode, Flows, check_tool
@@ -125,6 +126,10 @@ class SagaCore:
             approval_policy=approval_policy,
             runs_async=self._async,
         )
+        trace = tracing.saga_trace(record.id, record.name)
+        if trace is not None:
+            self._flows.trace = trace
+            self._ledger.listeners.append(trace.on_event)
 
     def _check_gate(self, gate: GateQuestions) -> None:
         """Refuse a gate this kind of saga cannot ask (:class:`Saga` refuses async ones)."""

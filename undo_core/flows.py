@@ -39,6 +39,7 @@ from .reports import RollbackReport, rollback_error
 from .states import SETTLED_STEP_STATES, SagaStatus, StepState, check_step_transition
 from .steps import StepRow, describe
 from .tools import ExecuteContext, Tool, UndoContext
+from .tracing import METADATA_KEY, SagaTrace
 
 __all__ = [
     "CompensationFailureMode",
@@ -111,6 +112,9 @@ class RollbackRun:
 
 class Flows:
     """The algorithms of one saga, over its ledger, asking its gate."""
+
+    trace: SagaTrace | None = None
+    """Its OpenTelemetry spans, when the process has a tracer (``undo_core.tracing``)."""
 
     def __init__(
         self,
@@ -211,6 +215,12 @@ class Flows:
         ledger = self.ledger
         if ledger.record.status is not SagaStatus.IN_PROGRESS:
             self.require_open("execute")
+        trace, span = self.trace, None
+        if trace is not None:
+            span = trace.step(tool.name, step_id, metadata or {}, input)
+            traceparent = trace.traceparent(span)
+            if traceparent is not None:  # kept on the step: its undo joins this trace
+                metadata = {**(metadata or {}), METADATA_KEY: traceparent}
         try:
             resumed = ledger.by_id.get(step_id) if step_id is not None else None
             if resumed is not None and resumed.state is StepState.PENDING:
@@ -220,7 +230,11 @@ class Flows:
         except StoreError as err:
             # The PENDING write failed: the tool does not run, and the step fails.
             step = ledger.add_unsaved_failed_step(tool, input, err, step_id)
+            if trace is not None:
+                trace.finish(span, err)
             return (yield from self._after_failure(step, err, SAVED))
+        if span is not None:
+            span.set_attribute("undo_core.step.id", step.id)
         if tool.execute_takes_context:
             context = ExecuteContext(
                 saga_id=ledger.record.id,
@@ -232,9 +246,15 @@ class Flows:
         else:
             args = (input,)
         outcome = yield Call(
-            fn=tool.execute, args=args, timeout=tool.execute_timeout, what=f"{tool.name}.execute"
+            fn=tool.execute,
+            args=args,
+            timeout=tool.execute_timeout,
+            what=f"{tool.name}.execute",
+            span=span,
         )
         assert outcome is not None
+        if trace is not None:
+            trace.finish(span, outcome.error, outcome.value)
         if outcome.error is None:
             recorded = self.complete_step(step, outcome.value, happened=True)
             if recorded.unsaved is None:
@@ -506,10 +526,18 @@ class Flows:
             else:
                 args = (step.output, step.input)[: tool.undo_arity]
             started = clock.now()
+            trace = self.trace
+            span = None if trace is None else trace.undo(tool.name, step.id, step.metadata, number)
             outcome = yield Call(
-                fn=tool.undo, args=args, timeout=tool.undo_timeout, what=f"{tool.name}.undo"
+                fn=tool.undo,
+                args=args,
+                timeout=tool.undo_timeout,
+                what=f"{tool.name}.undo",
+                span=span,
             )
             assert outcome is not None
+            if trace is not None:
+                trace.finish(span, outcome.error)
             if outcome.error is None:
                 attempt = CompensationAttempt(
                     number=number,

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
 
+from . import tracing
 from .effects import Ask, Call, Effect, Flow, Outcome, Sleep
 from .engine import SagaCore
 from .errors import StepTimeoutError
@@ -68,8 +69,11 @@ class Saga(SagaCore):
         try:
             if isinstance(effect, Ask):
                 value = effect.question(effect.request)
-            else:
+            elif effect.span is None:
                 value = _call_with_timeout(effect)
+            else:
+                with tracing.current(effect.span):
+                    value = _call_with_timeout(effect)
         except Exception as err:
             return Outcome(error=err)
         if type(value) not in _PLAIN and inspect.isawaitable(value):
@@ -163,8 +167,11 @@ class AsyncSaga(SagaCore):
                 value = effect.question(effect.request)
                 if inspect.isawaitable(value):
                     value = await value
-            else:
+            elif effect.span is None:
                 value = await self._call(effect)
+            else:
+                with tracing.current(effect.span):
+                    value = await self._call(effect)
         except Exception as err:
             return Outcome(error=err)
         return Outcome(value)

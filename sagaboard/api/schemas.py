@@ -65,6 +65,13 @@ class StepAddIn(StrictSchema):
     undo: UndoIn = Field(default_factory=UndoIn)
     requires_approval: bool = False
     reversibility: Literal["reversible", "partial", "irreversible"] = "reversible"
+    traceparent: str | None = Field(
+        default=None,
+        pattern=r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
+        description="The W3C traceparent of the agent's span for this step (the SDK sends "
+        "it with OpenTelemetry on): kept in the step's metadata, shown as 'open trace', "
+        "and the parent of the worker's undo spans.",
+    )
 
 
 class StepCompleteIn(StrictSchema):

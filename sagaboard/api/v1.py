@@ -249,6 +249,7 @@ def add_step(request: HttpRequest, saga_id: Text, payload: StepAddIn) -> Any:
         undo=payload.undo.model_dump(exclude_none=True),
         requires_approval=payload.requires_approval,
         reversibility=payload.reversibility,
+        traceparent=payload.traceparent,
     )
     return Status(201, _step_out(request, saga_id, step_id))
 

@@ -109,3 +109,22 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     if raw not in choices:
         raise _refuse(name, raw, "one of " + ", ".join(choices))
     return raw
+
+
+def env_link_template(name: str, fields: tuple[str, ...]) -> str:
+    """An http(s) link with ``{field}`` placeholders (only those named), or "" when unset.
+
+    Checked at start, so a typo (``{traceid}``) is an error naming the variable, not a
+    500 on the first page that draws the link.
+    """
+    raw = _raw(name)
+    if not raw:
+        return ""
+    must = f"an http(s) URL whose only placeholders are {', '.join('{' + f + '}' for f in fields)}"
+    if not raw.startswith(("http://", "https://")):
+        raise _refuse(name, raw, must)
+    try:
+        raw.format(**dict.fromkeys(fields, "x"))
+    except (KeyError, IndexError, ValueError):
+        raise _refuse(name, raw, must) from None
+    return raw

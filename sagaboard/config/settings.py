@@ -38,6 +38,7 @@ from sagaboard.config.env import (
     env_choice,
     env_float,
     env_int,
+    env_link_template,
     env_list,
     env_seconds,
     env_str,
@@ -225,6 +226,10 @@ SAGABOARD_PAYLOAD_MAX_STRING = env_int("SAGABOARD_PAYLOAD_MAX_STRING", 2000, min
 # A saga page draws its steps' trees itself up to this many steps; a longer saga's load
 # when opened (its page and each live update of it would carry every node of every step).
 SAGABOARD_PAYLOAD_INLINE_STEPS = env_int("SAGABOARD_PAYLOAD_INLINE_STEPS", 50, minimum=0)
+# "Open trace" on the saga and its steps, for steps an agent sent with its OpenTelemetry span
+# (README "Traces"): a link template such as https://jaeger.example/trace/{trace_id} or a
+# Tempo / Logfire one; {span_id} is the step's span. Unset: no links.
+SAGABOARD_TRACE_URL = env_link_template("SAGABOARD_TRACE_URL", ("trace_id", "span_id"))
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

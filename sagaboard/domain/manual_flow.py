@@ -29,6 +29,7 @@ from undo_core import (
     Tool,
     TransitionError,
     define_tool,
+    tracing,
 )
 from undo_core import Saga as EngineSaga
 
@@ -160,14 +161,20 @@ def step_add(
     undo: dict[str, Any],
     requires_approval: bool = False,
     reversibility: str = "reversible",
+    traceparent: str | None = None,
 ) -> str:
     """Register a PENDING step; returns its id (``step-N``).
+
+    ``traceparent`` (the agent's span for this step, W3C) is kept in the step's metadata,
+    where the worker's undo attempt finds its parent span (``undo_core.tracing``).
 
     An undo that cannot run here (``undo_kinds.undo_check``: a 'client' undo, a handler
     nobody registered, command undos switched off...) is refused with 422 naming why
     and the field. A shell-command undo always needs approval: it is text an agent sent.
     """
     payload = {"tool": tool_name, "input": input, "undo": undo, "ra": requires_approval}
+    if traceparent is not None:
+        payload["tp"] = traceparent
     check = undo_kinds.undo_check(Saga.Driver.SERVER, undo)
     if not check:  # refused now, not when a rollback needs it and it fails at once
         message = check.why if check.code == "validation_error" else f"{check.field}: {check.why}"
@@ -183,6 +190,7 @@ def step_add(
                 _tool(tool_name, undo.get("kind", "none"), reversibility),
                 input,
                 requires_approval=requires_approval or undo.get("kind") == "command",
+                metadata={tracing.METADATA_KEY: traceparent} if traceparent else None,
             )
         return step_id
 

@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 import httpx
 
+from .. import tracing
 from ._errors import SagaboardUnavailable, api_error
 
 __all__ = ["MAX_WAIT", "AsyncSagaboardClient", "SagaboardClient", "retry_after"]
@@ -160,6 +161,9 @@ class _Calls:
         }
         if undo is not None:
             body["undo"] = _undo(undo)
+        traceparent = tracing.current_traceparent()
+        if traceparent is not None:  # the agent's span for this step: its undo joins it
+            body["traceparent"] = traceparent
         return _Call("POST", _saga_path(saga_id, "steps"), body=body)
 
     @staticmethod
@@ -322,6 +326,10 @@ class SagaboardClient:
         reversibility: str = "reversible",
     ) -> dict[str, Any]:
         """Register a step (PENDING) with how to undo it (MCP ``saga_add_step``).
+
+        With OpenTelemetry on, the current span's W3C ``traceparent`` goes with it:
+        sagaboard shows "open trace" for the step, and its worker's undo spans join
+        this trace.
 
         ``undo``: a string is a shell command (``{"kind": "command", ...}``, which
         the server always puts behind an approval); a mapping is sent as the
@@ -517,6 +525,10 @@ class AsyncSagaboardClient:
         reversibility: str = "reversible",
     ) -> dict[str, Any]:
         """Register a step (PENDING) with how to undo it (MCP ``saga_add_step``).
+
+        With OpenTelemetry on, the current span's W3C ``traceparent`` goes with it:
+        sagaboard shows "open trace" for the step, and its worker's undo spans join
+        this trace.
 
         ``undo``: a string is a shell command (``{"kind": "command", ...}``, which
         the server always puts behind an approval); a mapping is sent as the

@@ -8,10 +8,13 @@ escaped by the template all the same.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import template
 
 from sagaboard.infra import permalinks
 from sagaboard.models import Saga
+from sagaboard.web import trace_links
 
 register = template.Library()
 
@@ -49,3 +52,15 @@ def approval_url(pk: int) -> str:
 @register.simple_tag
 def entry_url(pk: int) -> str:
     return permalinks.entry_path(pk)
+
+
+@register.simple_tag
+def step_trace_url(step: Any) -> str | None:
+    """``{% step_trace_url step as url %}``: its span in the site's tracing tool, or None."""
+    return trace_links.step_trace_url(step.metadata)
+
+
+@register.simple_tag
+def saga_trace_url(steps: Any) -> str | None:
+    """``{% saga_trace_url steps as url %}``: the saga's trace, or None."""
+    return trace_links.saga_trace_url(step for step, _ in steps)
