@@ -323,6 +323,35 @@ SAGABOARD_COMMAND_UNDO_CWD = Path(
 SAGABOARD_NOTIFY_URL = env_str("SAGABOARD_NOTIFY_URL")
 SAGABOARD_BASE_URL = env_str("SAGABOARD_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 
+# Deciding from elsewhere. E-mail: each project member who may approve gets a personal,
+# single-use link (valid SAGABOARD_DECISION_LINK_HOURS) when an approval is asked for; the
+# mail goes through Django's e-mail backend (console by default with DEBUG on, SMTP else).
+# Slack: interactive Approve/Reject buttons post to /slack/interactions, verified with the
+# Slack app's signing secret (unset: the endpoint answers 404).
+SAGABOARD_DECISION_LINK_HOURS = env_float(
+    "SAGABOARD_DECISION_LINK_HOURS", 24.0, minimum=0.01, what="a number of hours"
+)
+SAGABOARD_EMAIL_APPROVALS = env_bool("SAGABOARD_EMAIL_APPROVALS", True)
+EMAIL_BACKEND = env_str(
+    "SAGABOARD_EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend"
+    if DEBUG
+    else "django.core.mail.backends.smtp.EmailBackend",
+)
+EMAIL_HOST = env_str("SAGABOARD_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("SAGABOARD_EMAIL_PORT", 25, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env_str("SAGABOARD_EMAIL_USER")
+EMAIL_HOST_PASSWORD = env_str("SAGABOARD_EMAIL_PASSWORD")
+EMAIL_USE_TLS = env_bool("SAGABOARD_EMAIL_TLS", False)
+EMAIL_TIMEOUT = 10
+EMAIL_FILE_PATH = env_str("SAGABOARD_EMAIL_FILE_PATH") or str(VAR_DIR / "mail")
+DEFAULT_FROM_EMAIL = env_str("SAGABOARD_EMAIL_FROM", "sagaboard@localhost")
+SAGABOARD_SLACK_SIGNING_SECRET = env_str("SAGABOARD_SLACK_SIGNING_SECRET")
+SAGABOARD_SLACK_RESPONSE_URL_PREFIX = env_str(
+    "SAGABOARD_SLACK_RESPONSE_URL_PREFIX", "https://hooks.slack.com/"
+)
+"""Where a Slack response_url may point (the outcome is posted there): Slack's host only."""
+
 # Celery: Redis (or any broker URL) in production; with neither, a broker on the local
 # filesystem under var/, so the embedded default needs no server. Tasks are acknowledged
 # after they finish: a worker killed mid-undo has its task delivered again.
