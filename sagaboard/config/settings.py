@@ -332,25 +332,31 @@ SAGABOARD_DECISION_LINK_HOURS = env_float(
     "SAGABOARD_DECISION_LINK_HOURS", 24.0, minimum=0.01, what="a number of hours"
 )
 SAGABOARD_EMAIL_APPROVALS = env_bool("SAGABOARD_EMAIL_APPROVALS", True)
-EMAIL_BACKEND = env_str(
+_MAIL_BACKEND = env_str(
     "SAGABOARD_EMAIL_BACKEND",
     "django.core.mail.backends.console.EmailBackend"
     if DEBUG
     else "django.core.mail.backends.smtp.EmailBackend",
 )
-EMAIL_HOST = env_str("SAGABOARD_EMAIL_HOST", "localhost")
-EMAIL_PORT = env_int("SAGABOARD_EMAIL_PORT", 25, minimum=1, maximum=65535)
-EMAIL_HOST_USER = env_str("SAGABOARD_EMAIL_USER")
-EMAIL_HOST_PASSWORD = env_str("SAGABOARD_EMAIL_PASSWORD")
-EMAIL_USE_TLS = env_bool("SAGABOARD_EMAIL_TLS", False)
-EMAIL_TIMEOUT = 10
-EMAIL_FILE_PATH = env_str("SAGABOARD_EMAIL_FILE_PATH") or str(VAR_DIR / "mail")
+_MAIL_OPTIONS: dict[str, object] = {}
+if _MAIL_BACKEND.endswith(".smtp.EmailBackend"):
+    _MAIL_OPTIONS = {
+        "host": env_str("SAGABOARD_EMAIL_HOST", "localhost"),
+        "port": env_int("SAGABOARD_EMAIL_PORT", 25, minimum=1, maximum=65535),
+        "username": env_str("SAGABOARD_EMAIL_USER"),
+        "password": env_str("SAGABOARD_EMAIL_PASSWORD"),
+        "use_tls": env_bool("SAGABOARD_EMAIL_TLS", False),
+        "timeout": 10,
+    }
+elif _MAIL_BACKEND.endswith(".filebased.EmailBackend"):
+    _MAIL_OPTIONS = {"file_path": env_str("SAGABOARD_EMAIL_FILE_PATH") or str(VAR_DIR / "mail")}
+# Django 6.1's mailers (EMAIL_BACKEND and EMAIL_HOST... are deprecated); tests swap in locmem.
+MAILERS = {"default": {"BACKEND": _MAIL_BACKEND, "OPTIONS": _MAIL_OPTIONS}}
 DEFAULT_FROM_EMAIL = env_str("SAGABOARD_EMAIL_FROM", "sagaboard@localhost")
 SAGABOARD_SLACK_SIGNING_SECRET = env_str("SAGABOARD_SLACK_SIGNING_SECRET")
 SAGABOARD_SLACK_RESPONSE_URL_PREFIX = env_str(
     "SAGABOARD_SLACK_RESPONSE_URL_PREFIX", "https://hooks.slack.com/"
-)
-"""Where a Slack response_url may point (the outcome is posted there): Slack's host only."""
+)  # where a Slack response_url may point (the outcome is posted there): Slack's host only
 
 # Celery: Redis (or any broker URL) in production; with neither, a broker on the local
 # filesystem under var/, so the embedded default needs no server. Tasks are acknowledged

@@ -56,7 +56,7 @@ def approvers_of(approval: Approval) -> list[Any]:
     token = approval.saga.posted_by_token
     people = (
         get_user_model()
-        .objects.filter(projects=approval.project_id, is_active=True)
+        .objects.filter(sagaboard_projects=approval.project_id, is_active=True)
         .exclude(email="")
     )
     if token is not None and token.created_by_id is not None:
