@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
