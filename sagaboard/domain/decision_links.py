@@ -1,11 +1,11 @@
 """Personal decision links: a signed, single-use, expiring address to decide one approval.
 
 When an approval is asked for, every project member who may decide it gets a link row
-(``links_open``); the notification outbox mails it. The token is minted when the mail is
-sent (``link_mint``) and only its SHA-256 is stored, so neither the database nor the
-outbox holds a usable link. A token is ``django.core.signing`` over (link, approval,
-user, nonce) with the secret key: a forged or altered one fails the signature before
-any query.
+(``link_tokens.links_open``); the notification outbox mails it. The token is minted when the
+mail is sent (``link_tokens.link_mint``) and only its SHA-256 is stored, so neither the
+database nor the outbox holds a usable link. A token is ``django.core.signing`` over
+(link, approval, user, nonce) with the secret key: a forged or altered one fails the
+signature before any query.
 
 Opening a link never decides (the page asks for a confirmation by POST, CSRF-checked).
 Deciding through one locks the link, checks it is the signed-in person's, unused and
@@ -16,23 +16,15 @@ taken; a refused one leaves it as it was.
 
 from __future__ import annotations
 
-import hashlib
-import secrets
-from datetime import timedelta
 from typing import Any, ClassVar
 
-from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.core import signing
 from django.db import transaction
-from django.urls import reverse
 from django.utils import timezone
 
-from sagaboard.domain import approvals  # a module: approvals -> notifications -> here
+from sagaboard.domain import approvals
+from sagaboard.domain.link_tokens import token_hash, token_read
 from sagaboard.errors import ServiceError
-from sagaboard.models import Approval, DecisionLink
-
-SALT = "sagaboard.decision-link"
+from sagaboard.models import DecisionLink
 
 
 class LinkRefused(ServiceError):
@@ -44,56 +36,10 @@ class LinkRefused(ServiceError):
         super().__init__(self.STATUS[code], code, message)
 
 
-def _hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def approvers_of(approval: Approval) -> list[Any]:
-    """Members of the approval's project who may decide it, with an e-mail address.
-
-    Not the person whose token posted the saga: they may not decide its undos.
-    """
-    token = approval.saga.posted_by_token
-    people = (
-        get_user_model()
-        .objects.filter(sagaboard_projects=approval.project_id, is_active=True)
-        .exclude(email="")
-    )
-    if token is not None and token.created_by_id is not None:
-        people = people.exclude(pk=token.created_by_id)
-    return [u for u in people.order_by("pk") if u.has_perm("sagaboard.decide_approval")]
-
-
-def links_open(approval: Approval) -> list[DecisionLink]:
-    """A link row for each person who may decide ``approval`` (its token is minted on send)."""
-    expires = timezone.now() + timedelta(hours=settings.SAGABOARD_DECISION_LINK_HOURS)
-    return [
-        DecisionLink.objects.create(approval=approval, user=user, expires_at=expires)
-        for user in approvers_of(approval)
-    ]
-
-
-def link_mint(link: DecisionLink) -> str:
-    """A new token for ``link`` (the previous one stops working); only its hash is kept."""
-    token = signing.dumps(
-        {"l": link.pk, "a": link.approval_id, "u": link.user_id, "n": secrets.token_urlsafe(12)},
-        salt=SALT,
-    )
-    DecisionLink.objects.filter(pk=link.pk).update(token_hash=_hash(token))
-    return token
-
-
-def link_url(token: str) -> str:
-    return f"{settings.SAGABOARD_BASE_URL}{reverse('decision_link', args=[token])}"
-
-
 def link_check(*, token: str, user: Any, lock: bool = False) -> DecisionLink:
     """The link ``token`` names, if ``user`` may use it now; ``LinkRefused`` says why not."""
-    try:
-        signed = signing.loads(token, salt=SALT)
-    except signing.BadSignature:
-        signed = None
-    if not isinstance(signed, dict) or not isinstance(signed.get("l"), int):
+    signed = token_read(token)
+    if signed is None:
         raise LinkRefused(
             "invalid", "This is not a valid decision link: copy it whole from the mail."
         )
@@ -101,7 +47,7 @@ def link_check(*, token: str, user: Any, lock: bool = False) -> DecisionLink:
     if lock:
         rows = rows.select_for_update(of=("self",))
     link = rows.filter(pk=signed["l"]).first()
-    if link is None or link.token_hash != _hash(token):
+    if link is None or link.token_hash != token_hash(token):
         raise LinkRefused(
             "invalid", "This decision link is no longer valid: a newer mail replaced it."
         )

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from sagaboard.domain import decision_links, jobs
+from sagaboard.domain import jobs, link_tokens
 from sagaboard.domain.undo_kinds import sign
 from sagaboard.infra import permalinks
 from sagaboard.models import Approval, DecisionLink, Notification, Project, Saga, Step
@@ -144,7 +144,7 @@ def slack_respond(project: Project, response_url: str, body: dict[str, object]) 
 def _mail_approvers(approval: Approval) -> None:
     """One outbox row per person who may decide, each with their own link (minted on send)."""
     saga = Saga.objects.select_related("project").get(pk=approval.saga_id)
-    for link in decision_links.links_open(approval):
+    for link in link_tokens.links_open(approval):
         note = Notification.objects.create(
             project=saga.project,
             kind="approval.email",
@@ -186,7 +186,7 @@ def _deliver_mail(spec: dict[str, object]) -> tuple[bool, str]:
     )
     if link is None or link.used_at is not None or not link.approval.is_pending:
         return True, "not sent: the approval was decided (or the link used) before"
-    subject, body = _mail_text(link, decision_links.link_url(decision_links.link_mint(link)))
+    subject, body = _mail_text(link, link_tokens.link_url(link_tokens.link_mint(link)))
     try:
         send_mail(subject, body, None, [str(spec["to"])])
     except (OSError, smtplib.SMTPException) as err:

@@ -30,9 +30,9 @@ from sagaboard.api.v1 import api
 from sagaboard.config import urls
 from sagaboard.config.asgi import application
 from sagaboard.domain import (
-    decision_links,
     decisions,
     health,
+    link_tokens,
     manual_flow,
     notes,
     operator_actions,
@@ -192,7 +192,7 @@ def _build() -> World:
         "mirrored_saga": "agent-awaiting",
         "api_approval": asked.pk,
         "halted_saga": "agent-halted",
-        "decide_token": decision_links.link_mint(link),
+        "decide_token": link_tokens.link_mint(link),
     }
     sessions = {}
     for name, user in users.items():

@@ -52,7 +52,7 @@ from datetime import timedelta
 from django.contrib.auth import get_user_model
 from django.test.utils import override_settings
 from django.utils import timezone
-from sagaboard.domain import decision_links
+from sagaboard.domain import link_tokens
 from sagaboard.models import Approval, DecisionLink
 link = DecisionLink.objects.create(
     approval=Approval.objects.filter(status="PENDING").order_by("pk").first(),
@@ -60,7 +60,7 @@ link = DecisionLink.objects.create(
     expires_at=timezone.now() + timedelta(days=1),
 )
 with override_settings(SECRET_KEY={LIVE_SECRET_KEY!r}):
-    print(f"/decide/{{decision_links.link_mint(link)}}/")
+    print(f"/decide/{{link_tokens.link_mint(link)}}/")
 """
 
 PUBLIC_PAGES: dict[str, str] = {"login": "/login/", "not-found": "/no-such-page/"}

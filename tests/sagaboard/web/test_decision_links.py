@@ -11,7 +11,7 @@ from django.core import mail
 from django.test import Client
 from django.utils import timezone
 
-from sagaboard.domain import approvals, decision_links, notifications, runner
+from sagaboard.domain import approvals, link_tokens, notifications, runner
 from sagaboard.models import (
     ApiToken,
     Approval,
@@ -187,8 +187,8 @@ def test_a_newer_mail_replaces_the_older_link(shop: Project) -> None:
     ann = member("ann", "approver", shop)
     waiting(shop)
     link = DecisionLink.objects.get()
-    old = decision_links.link_mint(link)
-    new = decision_links.link_mint(link)
+    old = link_tokens.link_mint(link)
+    new = link_tokens.link_mint(link)
     client = signed_in(ann)
     assert client.get(f"/decide/{old}/").status_code == 404
     assert client.get(f"/decide/{new}/").status_code == 200
