@@ -267,3 +267,17 @@ def test_mails_can_be_turned_off(shop: Project, settings: Any) -> None:
     member("ann", "approver", shop)
     waiting(shop)
     assert not Notification.objects.filter(kind="approval.email").exists()
+
+
+def test_a_link_to_an_approval_decided_meanwhile_says_so(shop: Project) -> None:
+    ann, cat = member("ann", "approver", shop), member("cat", "approver", shop)
+    approval = waiting(shop)
+    path = send_mails()["ann@shop.example"]
+    approvals.approval_decide(approval_id=approval.pk, user=cat, decision="approve", reason="ok")
+    client = signed_in(ann)
+    page = client.get(path)
+    assert page.status_code == 200 and "Nothing left to decide" in page.content.decode()
+    assert "Approve undo</button>" not in page.content.decode()
+    late = client.post(path, {"decision": "reject", "reason": "too late"})
+    assert late.status_code == 409 and "already decided: approved by cat" in late.content.decode()
+    assert approval.votes.count() == 1
