@@ -144,13 +144,14 @@ def slack_respond(project: Project, response_url: str, body: dict[str, object]) 
 def _mail_approvers(approval: Approval) -> None:
     """One outbox row per person who may decide, each with their own link (minted on send)."""
     saga = Saga.objects.select_related("project").get(pk=approval.saga_id)
-    for link in link_tokens.links_open(approval):
-        note = Notification.objects.create(
-            project=saga.project,
-            kind="approval.email",
-            payload={"email": {"link": link.pk, "to": link.user.email}},
-        )
-        jobs.notification_send(note.pk)
+    with transaction.atomic():  # the links and their outbox rows: all of them, or none
+        for link in link_tokens.links_open(approval):
+            note = Notification.objects.create(
+                project=saga.project,
+                kind="approval.email",
+                payload={"email": {"link": link.pk, "to": link.user.email}},
+            )
+            jobs.notification_send(note.pk)
 
 
 def _mail_text(link: DecisionLink, url: str) -> tuple[str, str]:
