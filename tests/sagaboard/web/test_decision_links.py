@@ -281,3 +281,16 @@ def test_a_link_to_an_approval_decided_meanwhile_says_so(shop: Project) -> None:
     late = client.post(path, {"decision": "reject", "reason": "too late"})
     assert late.status_code == 409 and "already decided: approved by cat" in late.content.decode()
     assert approval.votes.count() == 1
+
+
+def test_after_logging_in_the_person_is_back_on_the_link(shop: Project) -> None:
+    ann = member("ann", "approver", shop)
+    ann.set_password("pw-ann-123456")
+    ann.save()
+    waiting(shop)
+    path = send_mails()["ann@shop.example"]
+    client = Client()
+    login = client.get(path)["Location"]
+    back = client.post(login, {"username": "ann", "password": "pw-ann-123456"})
+    assert back.status_code == 302 and back["Location"] == path
+    assert client.get(path).status_code == 200
