@@ -56,7 +56,7 @@ def decision_link(request: HttpRequest, token: str) -> HttpResponse:
             text = (
                 f"Done: the undo is {a.status.lower()}."
                 if outcome.decided
-                else f"Your approval is in: {a.required} are needed, a second person decides."
+                else f"Your approval is in ({a.required} needed): another person must approve too."
             )
             context.update(flash=text, ok=True, open=False)
     approval = work_queues.approval_shown(visible.projects_for_user(request.user), link.approval_id)
