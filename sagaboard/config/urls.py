@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 
 from sagaboard.api.v1 import api
 from sagaboard.web import (
+    decide_pages,
     export_pages,
     health_pages,
     inbox_pages,
@@ -34,6 +35,8 @@ urlpatterns = [
     path("approvals/<int:pk>/", permalink_pages.approval_permalink, name="approval_permalink"),
     path("approvals/<int:pk>/decide/", queue_pages.approval_decide, name="approval_decide"),
     path("approvals/bulk/", queue_pages.approvals_bulk, name="approvals_bulk"),
+    path("decide/<str:token>/", decide_pages.decision_link, name="decision_link"),
+    path("slack/interactions", decide_pages.slack_interactions, name="slack_interactions"),
     path("attention/", queue_pages.attention, name="attention"),
     path("inbox/", inbox_pages.inbox, name="inbox"),
     path("inbox/badges/", inbox_pages.badges, name="inbox_badges"),

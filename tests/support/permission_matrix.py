@@ -231,6 +231,15 @@ PAGES: list[Row] = [
         action="bulk approve, htmx",
         data={"approval": "{approval}", "decision": "approve", "reason": "checked"}, htmx=True),
     _get_on_post_only("approvals_bulk", "/approvals/bulk/"),
+    Row("Pages", "decision_link", "GET", "/decide/{decide_token}/",
+        page(members="403", approver="200", stranger="403", norole="403"),
+        action="the approver's mailed link: the confirm page, nothing decided", shows="{saga_id}"),
+    Row("Pages", "decision_link", "POST", "/decide/{decide_token}/",
+        page(members="403", approver=f"200 {CHANGED}", stranger="403", norole="403"),
+        action="approve through the approver's link",
+        data={"decision": "approve", "reason": "checked"}),
+    Row("Pages", "decision_link", "GET", "/decide/forged-token/",
+        page(members="404", stranger="404", norole="404"), action="a forged link"),
     Row("Pages", "inbox", "GET", "/inbox/",
         page(viewer=f"200 {NOTHING}", operator=f"200 {NOTHING}", approver="200", admin="200",
              stranger=f"200 {NOTHING}", norole=f"200 {NOTHING}"),
@@ -373,6 +382,16 @@ API: list[Row] = [
         everyone("405"), action="no such method"),
 ]  # fmt: skip
 
+SLACK: list[Row] = [
+    Row("Slack", "slack_interactions", "POST", "/slack/interactions", everyone("401"),
+        action="not signed by Slack: a session or an API token counts for nothing",
+        data={"payload": "unsigned"}, settings={"SAGABOARD_SLACK_SIGNING_SECRET": "slack-secret"}),
+    Row("Slack", "slack_interactions", "POST", "/slack/interactions", everyone("404"),
+        action="no SAGABOARD_SLACK_SIGNING_SECRET", data={"payload": "unsigned"}),
+]  # fmt: skip
+"""Slack's interactivity endpoint: Slack's signature is its authentication (its own tests
+sign requests as Slack does: tests/sagaboard/web/test_slack_interactions.py)."""
+
 WEBSOCKETS: list[Row] = [
     Row("Websocket", "ws /ws/sagas/", "WS", "/ws/sagas/?list=1&after=0",
         ws(members="accept", stranger=f"accept {NOTHING}", norole=f"accept {NOTHING}"),
@@ -397,7 +416,7 @@ WEBSOCKETS: list[Row] = [
         headers={"origin": "https://localhost"}, shows="{saga_id}"),
 ]  # fmt: skip
 
-ROWS: list[Row] = [*PAGES, *API, *WEBSOCKETS]
+ROWS: list[Row] = [*PAGES, *API, *SLACK, *WEBSOCKETS]
 
 # ---------------------------------------------------------------- rendering
 
