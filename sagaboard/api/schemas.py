@@ -67,6 +67,7 @@ class StepAddIn(StrictSchema):
     reversibility: Literal["reversible", "partial", "irreversible"] = "reversible"
     traceparent: str | None = Field(
         default=None,
+        max_length=55,
         pattern=r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
         description="The W3C traceparent of the agent's span for this step (the SDK sends "
         "it with OpenTelemetry on): kept in the step's metadata, shown as 'open trace', "
