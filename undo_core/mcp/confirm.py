@@ -221,14 +221,10 @@ class UndoGate:
                 reply = self.backend.rollback(saga_id, approved=approved)
             else:
                 reply = self.backend.rollback(saga_id)
-            note = {
-                "accepted": "The person confirmed the undo commands in the chat"
-                + (f" ({verdict.reason})." if verdict.reason else "."),
-                "no-elicitation": "The undo commands ran without asking: this MCP client cannot "
-                "ask the person (no elicitation capability). Start undo-mcp with "
-                "--confirm-undos always-refuse to stop that.",
-            }.get(verdict.why)
-            text = f"{note} {reply.text}" if note else reply.text
+            text = reply.text  # today's text, word for word, unless the person was asked
+            if verdict.why == "accepted":
+                why = f" ({verdict.reason})" if verdict.reason else ""
+                text = f"The person confirmed the undo commands in the chat{why}. {text}"
             return Reply(text, {**reply.data, "confirmation": self._data(verdict)})
         plan = plan or self.backend.undo_plan(saga_id)
         status = self.backend.status(saga_id)
@@ -273,13 +269,19 @@ class UndoGate:
 
     def _data(self, verdict: Verdict) -> dict[str, Any]:
         asked = verdict.why in ("accepted", "declined", "cancelled", "timeout", "unsupported")
-        return {
+        data: dict[str, Any] = {
             "mode": self.mode,
             "asked": asked,
             "answer": verdict.why,
             "ran": verdict.run,
             "reason": verdict.reason,
         }
+        if verdict.why == "no-elicitation":
+            data["note"] = (
+                "ran without asking: this MCP client cannot ask the person (no elicitation "
+                "capability); start undo-mcp with --confirm-undos always-refuse to stop that"
+            )
+        return data
 
     def description(self) -> str:
         """``saga_rollback``'s description: the model must know a person may say no."""
