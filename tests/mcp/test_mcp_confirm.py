@@ -23,7 +23,7 @@ from mcp.client.session import ClientRequestContext
 from mcp.types import INVALID_REQUEST, ElicitRequestParams, ElicitResult, ErrorData
 
 from tests.support.undo_mcp_harness import call, mcp_session, text
-from undo_core.mcp.backends import LocalBackend
+from undo_core.mcp.backends import LocalBackend, RemoteBackend
 from undo_core.mcp.confirm import ConfirmUndos
 from undo_core.mcp.server import build_server
 
@@ -286,3 +286,60 @@ async def test_the_console_script_asks_over_stdio_and_reads_the_env_setting(
         refused = await session.call_tool("saga_rollback", {"sagaId": sid})
         assert "--confirm-undos always-refuse" in text(refused)
     assert not (workdir / "undone.marker").exists()
+
+
+class FakeSagaboard:
+    """The few ``SagaboardClient`` calls ``RemoteBackend`` makes, answered as sagaboard does."""
+
+    def __init__(self) -> None:
+        self.saga: dict[str, Any] = {}
+
+    def begin(self, name: str) -> dict[str, Any]:
+        self.saga = {"id": "s/1", "name": name, "project": "shop", "status": "IN_PROGRESS"}
+        self.saga["steps"] = []
+        return self.saga
+
+    def add_step(self, sid: str, tool: str, input: Any, undo: str | None) -> dict[str, Any]:
+        step = {"id": f"step-{len(self.saga['steps']) + 1}", "tool_name": tool}
+        step |= {"state": "PENDING", "has_undo": bool(undo), "requires_approval": bool(undo)}
+        step["undo"] = {"kind": "command", "command": undo} if undo else None
+        self.saga["steps"].append(step)
+        return step
+
+    def complete_step(self, sid: str, step_id: str, output: Any) -> dict[str, Any]:
+        step: dict[str, Any] = next(s for s in self.saga["steps"] if s["id"] == step_id)
+        step["state"] = "COMPLETED"
+        return step
+
+    def rollback(self, sid: str, reason: str) -> dict[str, Any]:
+        self.saga["status"] = "COMPENSATING"
+        return self.saga
+
+    def get_saga(self, sid: str) -> dict[str, Any]:
+        return self.saga
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("confirm", ["elicit", "always-refuse"])
+async def test_connected_mode_asks_nothing_in_the_chat_and_names_where_to_decide(
+    confirm: ConfirmUndos,
+) -> None:
+    person = Person("accept", {"confirm": True})
+    backend = RemoteBackend("https://sagaboard.example/", "sgb_x", client=FakeSagaboard())
+    server = build_server(backend, confirm_undos=confirm)
+    async with Client(server, elicitation_callback=person) as client:
+        sid = (await call(client, "saga_begin", name="ops"))["sagaId"]
+        await call(client, "saga_add_step", sagaId=sid, toolName="backup", undoCommand=COMMAND)
+        await call(client, "saga_complete_step", sagaId=sid, stepId="step-1")
+        result = await client.call_tool("saga_rollback", {"sagaId": sid})
+    assert not result.is_error, text(result)
+    queue = "https://sagaboard.example/approvals/"
+    page = "https://sagaboard.example/sagas/shop/s/1/"
+    assert result.structured_content["decideAt"] == queue
+    assert result.structured_content["sagaPage"] == page
+    assert result.structured_content["awaitingApproval"] == ["step-1"]
+    message = text(result)
+    assert queue in message and page in message and "not in this chat" in message
+    assert person.asked == []  # sagaboard's approval queue is the authority
