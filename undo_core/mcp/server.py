@@ -13,7 +13,9 @@ Standalone (default)::
 keeps the sagas in a SQLite file (they survive a restart) and, on
 ``saga_rollback``, runs each completed step's ``undoCommand`` newest first
 through ``/bin/sh -c`` in the server's working directory (or ``--cwd``), as the
-seed does, each killed after ``--timeout`` seconds.
+seed does, each killed after ``--timeout`` seconds. Before it runs any, it asks the person in
+the chat to confirm the exact commands (MCP elicitation, ``--confirm-undos``, see
+``confirm.py``); a decline, cancel or no answer runs nothing.
 
 Connected::
 
