@@ -42,9 +42,9 @@ from .gates import (
 from .ledger import SAVED, Ledger, Recorded
 from .records import AttemptOutcome, CompensationAttempt, StepSnapshot
 from .reports import RollbackReport, rollback_error
-from .storage import RollbackRequest
 from .states import SETTLED_STEP_STATES, SagaStatus, StepState, check_step_transition
 from .steps import StepRow, describe
+from .storage import RollbackRequest
 from .tools import ExecuteContext, Tool, UndoContext
 
 __all__ = [

@@ -10,7 +10,6 @@ from sagaboard.web import (
     health_pages,
     inbox_pages,
     note_pages,
-    stop_pages,
     pages,
     payload_pages,
     permalink_pages,
@@ -18,6 +17,7 @@ from sagaboard.web import (
     probes,
     queue_pages,
     saved_view_pages,
+    stop_pages,
     token_pages,
 )
 

@@ -98,8 +98,8 @@ import httpx
 
 from ..errors import LeaseError, SerializationError, StoreError
 from ..records import SagaRecord, SagaSnapshot
-from ..states import SagaStatus
 from ..serialize import value_problem
+from ..states import SagaStatus
 from ..storage import RollbackRequest, SagaChange
 from ._client import SagaboardClient, retry_after
 from ._errors import SagaboardAPIError, api_error
