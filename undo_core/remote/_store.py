@@ -640,8 +640,10 @@ class SagaboardStore:
         except (ValueError, TypeError, KeyError, AttributeError) as err:
             log.warning("sagaboard at %s: unreadable rollback requests: %r", self.url, err)
             return
-        with self._cond:
-            self._rollback_requests.update(heard)
+        with self._cond:  # only sagas still running here (an ended one has nothing to stop)
+            self._rollback_requests.update(
+                (sid, r) for sid, r in heard.items() if sid in self._running
+            )
 
     def _poll_due(self) -> bool:
         poll = self._rollback_poll
