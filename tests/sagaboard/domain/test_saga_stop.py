@@ -75,8 +75,8 @@ def test_an_operator_requests_the_rollback_with_a_reason_audited_and_on_the_time
 
 @pytest.mark.parametrize(
     ("role", "reason", "status", "field"),
-    [("viewer", "why", 403, None), ("approver", "why", 403, None), ("operator", "  ", 400, "reason"),
-     ("operator", "x" * 2001, 400, "reason")],
+    [("viewer", "why", 403, None), ("approver", "why", 403, None),
+     ("operator", "  ", 400, "reason"), ("operator", "x" * 2001, 400, "reason")],
 )  # fmt: skip
 def test_a_request_without_the_role_or_a_reason_is_refused_and_changes_nothing(
     shop: Project, role: str, reason: str, status: int, field: str | None
