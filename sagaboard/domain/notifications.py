@@ -96,7 +96,7 @@ def notify_rollback_overdue(saga: Saga, why: str) -> None:
     )
     _enqueue(
         saga.project,
-        "saga.rollback_request_overdue",
+        "saga.stop_overdue",
         text,
         {"saga_id": saga.saga_id, "requested_by": by, "url": link},
     )

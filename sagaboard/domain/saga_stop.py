@@ -84,7 +84,7 @@ def rollback_request(*, saga_pk: int, user: Any, reason: str) -> Saga:
         server_run = saga.driver == Saga.Driver.SERVER
         audit.record(
             user=user,
-            action="saga.rollback_requested",
+            action="saga.stop_requested",
             saga=saga,
             reason=reason,
             from_state=saga.status,
@@ -180,7 +180,7 @@ def requests_closed(project: Project, saga_ids: Iterable[str]) -> int:
         audit.record(
             user=None,
             actor="agent" if saga.agent_driven else "worker",
-            action="saga.rollback_request_done" if carried else "saga.rollback_request_moot",
+            action="saga.stop_done" if carried else "saga.stop_moot",
             saga=saga,
             reason=(
                 f"the rollback requested by {audit.actor_of(saga.rollback_requested_by)} "
@@ -224,7 +224,7 @@ def requests_overdue() -> int:
             audit.record(
                 user=None,
                 actor="system",
-                action="saga.rollback_request_overdue",
+                action="saga.stop_overdue",
                 saga=saga,
                 reason=f"the rollback requested by {audit.actor_of(saga.rollback_requested_by)} "
                 f"is overdue: {why}",

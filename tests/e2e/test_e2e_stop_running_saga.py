@@ -138,7 +138,7 @@ def test_an_operator_stops_a_real_agents_saga_from_the_page_and_it_rolls_back_ne
         -2:
     ]
     assert stored[0] == "ROLLED_BACK olga True True"
-    assert stored[1].split() == ["saga.rollback_requested", "saga.rollback_request_done"]
+    assert stored[1].split() == ["saga.stop_requested", "saga.stop_done"]
     assert "Rollback requested by olga" in after and "wrong customer" in after
     print(f"rolled back {len(rolled_back)} steps, {len(after_ask)} more ran after the request;"
           f" done {heard_in:.2f} s after it")  # fmt: skip

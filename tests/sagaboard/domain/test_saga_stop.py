@@ -64,9 +64,9 @@ def test_an_operator_requests_the_rollback_with_a_reason_audited_and_on_the_time
     assert stopped.rollback_request_pending and stopped.rollback_requested_by == ann
     assert stopped.rollback_request_reason == "wrong customer"
     assert stopped.status == "IN_PROGRESS"  # the agent rolls back; nothing moved here
-    entry = AuditEntry.objects.get(action="saga.rollback_requested")
+    entry = AuditEntry.objects.get(action="saga.stop_requested")
     assert (entry.actor, entry.target, entry.reason) == ("user:ann", "saga:s-1", "wrong customer")
-    event = Event.objects.get(saga=saga, kind="saga.rollback_requested")
+    event = Event.objects.get(saga=saga, kind="saga.stop_requested")
     assert (event.actor, event.to_state, event.seq) == ("user:ann", "ROLLBACK_REQUESTED", None)
     assert saga_stop.request_text(stopped) == (
         "rollback requested by ann: waiting for the agent's next step"
@@ -125,7 +125,7 @@ def test_the_agent_hears_it_and_its_rollback_closes_the_request(shop: Project) -
     assert saga_stop.after_batch(shop, ["s-1"]) == []
     saga.refresh_from_db()
     assert not saga.rollback_request_pending and saga.rollback_request_done_at is not None
-    assert AuditEntry.objects.filter(action="saga.rollback_request_done", actor="agent").exists()
+    assert AuditEntry.objects.filter(action="saga.stop_done", actor="agent").exists()
     assert saga_stop.rollback_requests_for(shop) == []
     other.refresh_from_db()
     assert other.rollback_requested_at is None
@@ -136,7 +136,7 @@ def test_a_saga_that_completed_before_hearing_closes_the_request_as_moot(shop: P
     saga_stop.rollback_request(saga_pk=saga.pk, user=person("ann", "operator", shop), reason="a")
     Saga.objects.filter(pk=saga.pk).update(status="COMPLETED")
     saga_stop.after_batch(shop, ["s-1"])
-    entry = AuditEntry.objects.get(action="saga.rollback_request_moot")
+    entry = AuditEntry.objects.get(action="saga.stop_moot")
     assert "came too late: the saga completed first" in entry.reason
 
 
@@ -155,9 +155,9 @@ def test_a_request_never_heard_becomes_overdue_once_and_people_are_told(
     assert saga_stop.requests_overdue() == 0  # marked once
     saga.refresh_from_db()
     assert saga.rollback_request_overdue_at is not None and saga.rollback_request_pending
-    entry = AuditEntry.objects.get(action="saga.rollback_request_overdue")
+    entry = AuditEntry.objects.get(action="saga.stop_overdue")
     assert entry.actor == "system" and "has not been heard from" in entry.reason
-    note = Notification.objects.get(kind="saga.rollback_request_overdue")
+    note = Notification.objects.get(kind="saga.stop_overdue")
     assert "requested by ann, is overdue" in note.payload["text"]
     # An agent that comes back still hears it.
     assert [a["saga_id"] for a in saga_stop.rollback_requests_for(shop)] == ["s-1"]
@@ -177,7 +177,7 @@ def test_a_saga_sagaboard_runs_is_rolled_back_by_the_worker_newest_first(shop: P
     assert order == ["step-2", "step-1"]
     began = Event.objects.get(saga=saga, step_id__isnull=True, to_state="COMPENSATING")
     assert began.actor == "user:ann"
-    assert AuditEntry.objects.filter(action="saga.rollback_request_done", actor="worker").exists()
+    assert AuditEntry.objects.filter(action="saga.stop_done", actor="worker").exists()
     assert runner.stop_run(saga.pk) == "nothing requested"  # redelivered: harmless
 
 

@@ -48,7 +48,7 @@ def test_an_operator_requests_it_from_the_page_and_sees_it_waiting_for_the_agent
     assert "waiting for the agent&#x27;s next step." in page or "waiting for the agent's" in page
     assert "Reason: wrong customer" in page
     assert 'id="stop-title"' not in page  # no second request offered
-    assert AuditEntry.objects.filter(action="saga.rollback_requested").count() == 1
+    assert AuditEntry.objects.filter(action="saga.stop_requested").count() == 1
 
 
 def test_the_page_says_when_the_agent_was_told_and_when_it_is_overdue(
