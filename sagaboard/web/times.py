@@ -53,7 +53,6 @@ KINDS: dict[str, Kind] = {
     "replaced": Kind("replaced", SERVER),
     "assigned": Kind("assigned", SERVER),
     "acknowledged": Kind("acknowledged", SERVER),
-    "requested": Kind("requested", SERVER),
     "told": Kind("agent told", SERVER),
     "overdue": Kind("overdue since", SERVER),
 }
