@@ -340,9 +340,7 @@ def test_the_rollback_requests_of_another_project_are_not_listed(
 
     api.post("/events", {"events": storebot_events("stop-2")[:1]})
     saga = Saga.objects.get(saga_id="stop-2")
-    saga_stop.rollback_request(
-        saga_pk=saga.pk, user=person("ann", "operator", project), reason="x"
-    )
+    saga_stop.rollback_request(saga_pk=saga.pk, user=person("ann", "operator", project), reason="x")
     other = Project.objects.create(slug="other", name="Other")
     elsewhere = token_create(project=other, label="x").secret
     assert api.get("/rollback-requests", auth=elsewhere).json() == {"rollback_requested": []}

@@ -111,3 +111,15 @@ def test_a_completed_request_is_shown_as_history(shop: Project, saga: Saga) -> N
     )
     page = browser(person("vic", "viewer", shop)).get("/sagas/shop/s-1/").content.decode()
     assert 'id="stop-state" class="muted"' in page and 'id="stop"' not in page
+
+
+def test_an_overdue_request_is_in_the_operators_inbox(shop: Project, saga: Saga) -> None:
+    ann = person("ann", "operator", shop)
+    saga_stop.rollback_request(saga_pk=saga.pk, user=ann, reason="x")
+    inbox = browser(ann).get("/inbox/").content.decode()
+    assert "Rollback requests overdue" not in inbox
+    Saga.objects.filter(pk=saga.pk).update(rollback_request_overdue_at=timezone.now())
+    inbox = browser(ann).get("/inbox/").content.decode()
+    assert "Rollback requests overdue (1)" in inbox and "/sagas/shop/s-1/#stop-state" in inbox
+    viewer_inbox = browser(person("vic", "viewer", shop)).get("/inbox/").content.decode()
+    assert "Rollback requests overdue" not in viewer_inbox
