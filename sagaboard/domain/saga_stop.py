@@ -232,17 +232,3 @@ def requests_overdue() -> int:
             )
             notifications.notify_rollback_overdue(saga, why)
     return marked
-
-
-def request_text(saga: Saga) -> str:
-    """The pending request as the saga page says it ('' if none)."""
-    if saga.rollback_requested_at is None:
-        return ""
-    by = audit.actor_of(saga.rollback_requested_by).removeprefix("user:")
-    if saga.rollback_request_done_at is not None:
-        return f"rollback requested by {by}: done"
-    if not saga.agent_driven:
-        return f"rollback requested by {by}: a worker is rolling it back"
-    if saga.rollback_request_heard_at is None:
-        return f"rollback requested by {by}: waiting for the agent's next step"
-    return f"rollback requested by {by}: the agent was told; waiting for its next step"

@@ -68,9 +68,7 @@ def test_an_operator_requests_the_rollback_with_a_reason_audited_and_on_the_time
     assert (entry.actor, entry.target, entry.reason) == ("user:ann", "saga:s-1", "wrong customer")
     event = Event.objects.get(saga=saga, kind="saga.stop_requested")
     assert (event.actor, event.to_state, event.seq) == ("user:ann", "ROLLBACK_REQUESTED", None)
-    assert saga_stop.request_text(stopped) == (
-        "rollback requested by ann: waiting for the agent's next step"
-    )
+    assert stopped.rollback_request_heard_at is None  # the agent has not been told yet
 
 
 @pytest.mark.parametrize(
@@ -120,7 +118,6 @@ def test_the_agent_hears_it_and_its_rollback_closes_the_request(shop: Project) -
     assert [(a["saga_id"], a["by"], a["reason"]) for a in asked] == [("s-1", "user:ann", "a")]
     saga.refresh_from_db()
     assert saga.rollback_request_heard_at is not None
-    assert "the agent was told" in saga_stop.request_text(saga)
     Saga.objects.filter(pk=saga.pk).update(status="COMPENSATING")  # the agent's next events
     assert saga_stop.after_batch(shop, ["s-1"]) == []
     saga.refresh_from_db()
