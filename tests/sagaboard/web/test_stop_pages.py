@@ -111,6 +111,10 @@ def test_a_completed_request_is_shown_as_history(shop: Project, saga: Saga) -> N
     )
     page = browser(person("vic", "viewer", shop)).get("/sagas/shop/s-1/").content.decode()
     assert 'id="stop-state" class="muted"' in page and 'id="stop"' not in page
+    assert "(carried out)" in page
+    Saga.objects.filter(pk=saga.pk).update(status="COMPLETED")
+    page = browser(person("val", "viewer", shop)).get("/sagas/shop/s-1/").content.decode()
+    assert "came too late: the saga completed before its agent heard it" in page
 
 
 def test_an_overdue_request_is_in_the_operators_inbox(shop: Project, saga: Saga) -> None:
