@@ -109,8 +109,23 @@ class EventResultOut(Out):
     log_id: int
 
 
+class RollbackRequestOut(Out):
+    """An operator's request to roll back a running saga: the SDK's engine does it."""
+
+    saga_id: str
+    by: str
+    reason: str
+    at: datetime | None
+
+
 class EventBatchOut(Out):
     results: list[EventResultOut]
+    rollback_requested: list[RollbackRequestOut] | None = None
+    """Present when operators asked for the rollback of sagas of this batch."""
+
+
+class RollbackRequestsOut(Out):
+    rollback_requested: list[RollbackRequestOut]
 
 
 class ErrorBody(Out):

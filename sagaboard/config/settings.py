@@ -405,6 +405,11 @@ CELERY_TASK_EAGER_PROPAGATES = True
 SAGABOARD_WORKER_LEASE_SECONDS = env_float(
     "SAGABOARD_WORKER_LEASE_SECONDS", 60.0, minimum=0.001, what="a number of seconds"
 )
+# An operator's rollback request of a running saga that its agent has not carried out after
+# this many seconds is marked overdue by the sweep, and the operators are told.
+SAGABOARD_STOP_OVERDUE_SECONDS = env_float(
+    "SAGABOARD_STOP_OVERDUE_SECONDS", 300.0, minimum=0.0, what="a number of seconds"
+)
 
 # /metrics: open unless a token is set (then "Authorization: Bearer <token>").
 SAGABOARD_METRICS_TOKEN = env_str("SAGABOARD_METRICS_TOKEN")

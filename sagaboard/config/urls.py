@@ -18,6 +18,7 @@ from sagaboard.web import (
     probes,
     queue_pages,
     saved_view_pages,
+    stop_pages,
     token_pages,
 )
 
@@ -47,6 +48,11 @@ urlpatterns = [
     path("notes/<int:pk>/edit/", note_pages.note_edit, name="note_edit"),
     path("notes/<int:pk>/delete/", note_pages.note_delete, name="note_delete"),
     path("owners/saga/<int:saga_pk>/", note_pages.saga_assign, name="saga_assign"),
+    path(
+        "sagas/<int:saga_pk>/rollback-request/",
+        stop_pages.saga_rollback_request,
+        name="saga_rollback_request",
+    ),
     path("policies/", policy_pages.policy_list, name="policy_list"),
     path("policies/<int:pk>/", policy_pages.policy_edit, name="policy_edit"),
     path("audit/", policy_pages.audit, name="audit"),

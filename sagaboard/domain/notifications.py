@@ -242,6 +242,22 @@ def notify_rollback_failed(saga: Saga, step: Step, **_signal: object) -> None:
     )
 
 
+def notify_rollback_overdue(saga: Saga, why: str) -> None:
+    """An operator's rollback request that its agent has not carried out in time."""
+    link = _link(saga)
+    by = saga.rollback_requested_by.get_username() if saga.rollback_requested_by else "someone"
+    text = (
+        f"Rollback of saga {saga.name}, requested by {by}, is overdue: {why}. "
+        f"<{link}|Open the saga>"
+    )
+    _enqueue(
+        saga.project,
+        "saga.stop_overdue",
+        text,
+        {"saga_id": saga.saga_id, "requested_by": by, "url": link},
+    )
+
+
 def notify_rolled_back(saga: Saga, found: RollbackAssessment, **_signal: object) -> None:
     """A rollback that ended ROLLED_BACK with exceptions: say which side effects remain.
 

@@ -188,6 +188,7 @@ def _build() -> World:
         "policy_name": policy.name,
         "more_events": done[-1:],
         "hand_saga": "manual-1",
+        "running_saga_pk": Saga.objects.get(saga_id="manual-1").pk,
         "empty_hand_saga": "manual-2",
         "mirrored_saga": "agent-awaiting",
         "api_approval": asked.pk,
