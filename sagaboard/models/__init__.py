@@ -8,6 +8,7 @@ round-trips any JSON exactly on every database (PostgreSQL's jsonb would reject
 """
 
 from sagaboard.models.approvals import Approval, ApprovalPolicy, ApprovalVote
+from sagaboard.models.batches import BatchItem, BatchJob
 from sagaboard.models.fields import (
     ApprovalStatus,
     JSONTextField,
@@ -33,6 +34,8 @@ __all__ = [
     "ApprovalStatus",
     "ApprovalVote",
     "AuditEntry",
+    "BatchItem",
+    "BatchJob",
     "CompensationAttempt",
     "Event",
     "Heartbeat",

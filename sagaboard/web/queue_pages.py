@@ -74,6 +74,9 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
         "approvals": presenters.queue_items(work_queues.approvals_pending(projects)),
         "can_decide": request.user.has_perm("sagaboard.decide_approval"),
         "last_log_id": visible.last_event_id(),
+        "projects": projects,
+        "batch_actions": [("approve", "Approve"), ("reject", "Reject")],
+        "batch_total": work_queues.approvals_pending_count(projects),
     }
     return render(request, "sagaboard/approval_queue.html", context)
 
@@ -131,6 +134,9 @@ def attention(request: HttpRequest) -> HttpResponse:
         "groups": work_queues.failures_open(projects),
         "can_operate": request.user.has_perm("sagaboard.retry_compensation"),
         "last_log_id": visible.last_event_id(),
+        "projects": projects,
+        "batch_actions": [("retry", "Retry"), ("resolve", "Force-resolve"), ("leave", "Leave failed")],
+        "batch_total": work_queues.failures_open_count(projects),
     }
     return render(request, "sagaboard/attention.html", context)
 

@@ -53,6 +53,10 @@ KINDS: dict[str, Kind] = {
     "replaced": Kind("replaced", SERVER),
     "assigned": Kind("assigned", SERVER),
     "acknowledged": Kind("acknowledged", SERVER),
+    "confirmed": Kind("confirmed", SERVER),
+    "finished": Kind("finished", SERVER),
+    "heartbeat": Kind("last progress", SERVER),
+    "item-done": Kind("done", SERVER),
 }
 
 

@@ -17,7 +17,15 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from sagaboard.domain import approvals, jobs, notifications, retention, runner, tool_rollup
+from sagaboard.domain import (
+    approvals,
+    batches,
+    jobs,
+    notifications,
+    retention,
+    runner,
+    tool_rollup,
+)
 
 
 @shared_task(name=jobs.ROLLBACK_CONTINUE, bind=True, acks_late=True, max_retries=None)
@@ -36,6 +44,13 @@ def step_action_run(self: Any, step_pk: int) -> str:
         raise self.retry(countdown=busy.retry_in) from busy
 
 
+@shared_task(name=jobs.BATCH_RUN, acks_late=True)
+def batch_run(job_pk: int) -> str:
+    """A batch job's items, chunk by chunk; a job another live worker holds is left to it
+    (the sweep queues it again if that worker dies)."""
+    return batches.batch_run(job_pk)
+
+
 @shared_task(name=jobs.NOTIFICATION_SEND, acks_late=True)
 def notification_send(pk: int) -> bool:
     return notifications.notification_send(pk)
@@ -51,7 +66,15 @@ def sweep() -> dict[str, int]:
     orphans = runner.orphaned_work()
     for kind, pk in orphans:
         (rollback_continue if kind == "saga" else step_action_run).delay(pk)
-    return {"expired": expired, "notifications": len(due), "orphans": len(orphans)}
+    stalled = batches.batch_orphans()
+    for pk in stalled:
+        batch_run.delay(pk)
+    return {
+        "expired": expired,
+        "notifications": len(due),
+        "orphans": len(orphans),
+        "batches": len(stalled),
+    }
 
 
 @shared_task(name=jobs.RETENTION_SWEEP)
