@@ -17,15 +17,16 @@ from django.utils import timezone
 
 from sagaboard.models import AuditEntry, Event, Project, Saga, Step
 
-
-_OPERATION: ContextVar[dict[str, Any]] = ContextVar("sagaboard_audit_operation", default={})
+_OPERATION: ContextVar[dict[str, Any] | None] = ContextVar(
+    "sagaboard_audit_operation", default=None
+)
 
 
 @contextmanager
 def operation(**data: Any) -> Iterator[None]:
     """Tag every entry recorded inside the block with ``data`` (a batch job's id): the
     single actions a batch runs through the ordinary services stay tied to the batch."""
-    token = _OPERATION.set({**_OPERATION.get(), **data})
+    token = _OPERATION.set({**(_OPERATION.get() or {}), **data})
     try:
         yield
     finally:
@@ -52,7 +53,7 @@ def record(
     """Write the audit entry and the timeline event, in the caller's transaction."""
     who = actor or actor_of(user)
     now = timezone.now()
-    data = {**(data or {}), **_OPERATION.get()}
+    data = {**(data or {}), **(_OPERATION.get() or {})}
     target = f"saga:{saga.saga_id}" + (f"/{step.step_id}" if step is not None else "")
     Event.objects.create(
         project_id=saga.project_id,

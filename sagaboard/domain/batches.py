@@ -158,7 +158,9 @@ def batch_create(
     with transaction.atomic():
         rows = list(_labels(action, _targets(action, search, projects, user))[: MAX_ITEMS + 1])
         if not rows:
-            raise DecisionRefused("validation_error", "nothing matches this filter in your projects")
+            raise DecisionRefused(
+                "validation_error", "nothing matches this filter in your projects"
+            )
         if len(rows) > MAX_ITEMS:
             raise DecisionRefused(
                 "validation_error", f"more than {MAX_ITEMS} items match: narrow the filter"

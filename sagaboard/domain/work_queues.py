@@ -45,7 +45,8 @@ def approvals_pending_count(projects: Sequence[Project]) -> int:
 
 
 def failures_open_count(projects: Sequence[Project]) -> int:
-    """Every failed undo of ``projects`` waiting for an operator (the page shows ``QUEUE_LIMIT``)."""
+    """Every failed undo of ``projects`` waiting for an operator (the page shows at most
+    ``QUEUE_LIMIT``)."""
     return Step.objects.filter(
         rollback_outcomes.waits_for_operator(), saga__project__in=projects
     ).count()

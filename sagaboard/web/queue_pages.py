@@ -135,7 +135,11 @@ def attention(request: HttpRequest) -> HttpResponse:
         "can_operate": request.user.has_perm("sagaboard.retry_compensation"),
         "last_log_id": visible.last_event_id(),
         "projects": projects,
-        "batch_actions": [("retry", "Retry"), ("resolve", "Force-resolve"), ("leave", "Leave failed")],
+        "batch_actions": [
+            ("retry", "Retry"),
+            ("resolve", "Force-resolve"),
+            ("leave", "Leave failed"),
+        ],
         "batch_total": work_queues.failures_open_count(projects),
     }
     return render(request, "sagaboard/attention.html", context)

@@ -62,8 +62,10 @@ def test_confirming_creates_the_job_and_redirects_to_its_page(
     shop: Project, operator: Client
 ) -> None:
     failed_undos(shop, 5)
-    sent = operator.post("/batch/new/", {"action": "leave", "filter": "project=shop",
-                                         "expected": "5", "reason": "known outage"})  # fmt: skip
+    sent = operator.post(
+        "/batch/new/",
+        {"action": "leave", "filter": "project=shop", "expected": "5", "reason": "known outage"},
+    )
     job = BatchJob.objects.get()
     assert sent.status_code == 302 and sent["Location"] == f"/batch/{job.pk}/"
     assert (job.total, job.reason, job.query) == (5, "known outage", "project=shop")
@@ -75,12 +77,20 @@ def test_confirming_creates_the_job_and_redirects_to_its_page(
 @pytest.mark.parametrize(
     ("data", "status", "says"),
     [
-        ({"action": "leave", "filter": "", "expected": "5", "reason": ""}, 400, "a reason is required"),
-        ({"action": "leave", "filter": "", "expected": "4", "reason": "x"}, 409, "5 match now, 4 confirmed"),
+        (
+            {"action": "leave", "filter": "", "expected": "5", "reason": ""},
+            400,
+            "a reason is required",
+        ),
+        (
+            {"action": "leave", "filter": "", "expected": "4", "reason": "x"},
+            409,
+            "5 match now, 4 confirmed",
+        ),
         ({"action": "nuke", "filter": "", "expected": "5", "reason": "x"}, 400, "action must be"),
         ({"action": "leave", "filter": "since=ever", "reason": "x"}, 400, "since"),
     ],
-)  # fmt: skip
+)
 def test_a_refused_confirm_answers_4xx_with_the_reason_and_creates_nothing(
     shop: Project, operator: Client, data: dict[str, str], status: int, says: str
 ) -> None:
@@ -111,7 +121,9 @@ def test_the_items_table_filters_by_outcome(shop: Project, operator: Client) -> 
     steps[0].saga.delete()  # gone before the job reached it: refused, not found
     batches.batch_run(pk)
     refused = operator.get(f"/batch/{pk}/?outcome=refused").content.decode()
-    assert refused.count('data-outcome="refused"') == 1 and 'data-outcome="succeeded"' not in refused
+    assert (
+        refused.count('data-outcome="refused"') == 1 and 'data-outcome="succeeded"' not in refused
+    )
     assert "no such step in your projects" in refused
     everything = operator.get(f"/batch/{pk}/").content.decode()
     assert everything.count('class="batch-item outcome-') == 4
@@ -132,7 +144,8 @@ def test_cancel_by_htmx_answers_the_progress_and_a_viewer_is_refused(
 
 
 def _job(shop: Project, client: Client) -> Any:
-    sent = client.post("/batch/new/", {"action": "leave", "filter": "project=shop",
-                                       "reason": "known outage"})  # fmt: skip
+    sent = client.post(
+        "/batch/new/", {"action": "leave", "filter": "project=shop", "reason": "known outage"}
+    )
     assert sent.status_code == 302, sent.content
     return int(sent["Location"].strip("/").split("/")[-1])
