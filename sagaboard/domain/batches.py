@@ -10,9 +10,10 @@ The flow (README, "Batch operations"):
 3. ``batch_run`` (the worker's task): items in order, in chunks, each through the SAME
    service as the single action (``operator_actions.step_act``, ``approvals.approval_decide``),
    which checks the person's permission and the item's state again: a refusal is that
-   item's ``refused`` outcome, with the reason. An item and its outcome are written in one
-   transaction, so an item is acted on exactly once: a worker killed mid-item leaves
-   neither, and the next worker skips every item that has an outcome.
+   item's ``refused`` outcome, with the reason. A chunk's actions, their outcomes and the
+   job's progress are written in one transaction, so an item is acted on exactly once: a
+   worker killed mid-chunk leaves none of the chunk, and the next worker skips every item
+   that has an outcome.
 4. ``batch_cancel``: the job stops between chunks (a queued job at once).
 
 A job is held by one worker at a time through its lease, renewed every chunk; the periodic
@@ -30,7 +31,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Count, Q, QuerySet
 from django.http import QueryDict
 from django.utils import timezone
@@ -300,6 +301,7 @@ def batch_run(pk: int, *, chunk: int | None = None, pause: float | None = None) 
         return "busy" if job is not None and job.state in ACTIVE else (job.state if job else "gone")
     job = BatchJob.objects.select_related("user").get(pk=pk)
     user = job.user or get_user_model()()  # an account deleted since: every item is refused
+    counts = _counts(pk)  # what earlier workers did (a resumed job)
     first = True
     while True:
         state = BatchJob.objects.filter(pk=pk, lease_owner=owner).values_list("state", flat=True)
@@ -311,31 +313,59 @@ def batch_run(pk: int, *, chunk: int | None = None, pause: float | None = None) 
         if not first and pause:
             time.sleep(pause)
         first = False
-        items = list(BatchItem.objects.filter(job_id=pk, outcome="").order_by("position")[:chunk])
-        if not items:
-            return _end(job, owner, State.FINISHED)
-        for item in items:
-            _item_run(job, user, item)
-        _progress(job, owner)
-
-
-def _item_run(job: BatchJob, user: Any, item: BatchItem) -> None:
-    """One item through the single action's own service, its outcome in the same transaction."""
-    with transaction.atomic(), audit.operation(batch=job.pk):
-        locked = BatchItem.objects.select_for_update().filter(pk=item.pk, outcome="").first()
-        if locked is None:  # another worker did it (a job taken over): never twice
-            return
-        try:
-            result, detail = _act(job, user, item)
-        except DecisionRefused as refused:
-            result, detail = "refused", refused.message
-        BatchItem.objects.filter(pk=item.pk).update(
-            outcome=result, message=detail[:2000], done_at=timezone.now()
+        ids = list(
+            BatchItem.objects.filter(job_id=pk, outcome="")
+            .order_by("position")
+            .values_list("pk", flat=True)[:chunk]
         )
-    if result == "requested":  # a worker may have run it at commit (eager tasks): say so
-        result2, detail2 = _read_back(job.action, item)
-        if (result2, detail2) != (result, detail):
-            BatchItem.objects.filter(pk=item.pk).update(outcome=result2, message=detail2[:2000])
+        if not ids:
+            return _end(job, owner, State.FINISHED)
+        try:
+            done = _chunk_run(job, user, owner, ids, counts)
+        except _LeaseLost:
+            return "busy"
+        if settings.CELERY_TASK_ALWAYS_EAGER:  # a worker may have run it at commit: say so
+            _read_back(job.action, [item for item in done if item.outcome == "requested"])
+
+
+class _LeaseLost(Exception):
+    """Another worker took the job over while this one worked on a chunk (it stalled past
+    its lease): the chunk is rolled back, actions and outcomes together."""
+
+
+def _chunk_run(
+    job: BatchJob, user: Any, owner: str, ids: list[int], counts: dict[str, int]
+) -> list[BatchItem]:
+    """One chunk in one transaction: each item through the single action's own service, its
+    outcome, and the job's progress commit together, so a worker killed mid-chunk leaves
+    none of it, and an item is never acted on twice. Each item in a savepoint of its own:
+    a refusal (or an error) is that item's outcome, not the chunk's."""
+    now = timezone.now()
+    with transaction.atomic(), audit.operation(batch=job.pk):
+        items = list(
+            BatchItem.objects.select_for_update()
+            .filter(pk__in=ids, outcome="")
+            .order_by("position")
+        )
+        for item in items:
+            try:
+                with transaction.atomic():
+                    item.outcome, detail = _act(job, user, item)
+            except DecisionRefused as refused:
+                item.outcome, detail = "refused", refused.message
+            except DatabaseError as error:  # this item only; the savepoint undid its part
+                item.outcome, detail = "failed", f"could not be done: {error}"
+            item.message, item.done_at = detail[:2000], now
+            counts[item.outcome] = counts.get(item.outcome, 0) + 1
+        BatchItem.objects.bulk_update(items, ["outcome", "message", "done_at"])
+        now = timezone.now()
+        held = BatchJob.objects.filter(pk=job.pk, lease_owner=owner).update(
+            counts=counts, done=sum(counts.values()), heartbeat_at=now,
+            lease_expires_at=now + _lease(),
+        )  # fmt: skip
+        if not held:
+            raise _LeaseLost
+    return items
 
 
 def _act(job: BatchJob, user: Any, item: BatchItem) -> tuple[str, str]:
@@ -350,27 +380,28 @@ def _act(job: BatchJob, user: Any, item: BatchItem) -> tuple[str, str]:
     return action_reports.approval_outcome(outcome.approval)
 
 
-def _read_back(action: str, item: BatchItem) -> tuple[str, str]:
+def _read_back(action: str, items: list[BatchItem]) -> None:
+    """Items only requested, read again after the commit that ran their tasks (eager mode)."""
+    if not items:
+        return
+    targets = [item.target_pk for item in items]
     if action in STEP_ACTIONS:
-        step = Step.objects.select_related("saga").filter(pk=item.target_pk).first()
-        return action_reports.step_outcome(action, step) if step else ("requested", "")
-    approval = Approval.objects.select_related("step", "saga").filter(pk=item.target_pk).first()
-    return action_reports.approval_outcome(approval) if approval else ("requested", "")
+        steps = Step.objects.select_related("saga").in_bulk(targets)
+        now = {pk: action_reports.step_outcome(action, s) for pk, s in steps.items()}
+    else:
+        found = Approval.objects.select_related("step", "saga").in_bulk(targets)
+        now = {pk: action_reports.approval_outcome(a) for pk, a in found.items()}
+    for item in items:
+        result, detail = now.get(item.target_pk, (item.outcome, item.message))
+        if (result, detail) != (item.outcome, item.message):
+            BatchItem.objects.filter(pk=item.pk).update(outcome=result, message=detail[:2000])
+    counts = _counts(items[0].job_id)
+    BatchJob.objects.filter(pk=items[0].job_id).update(counts=counts)
 
 
 def _counts(pk: int) -> dict[str, int]:
     rows = BatchItem.objects.filter(job_id=pk).exclude(outcome="").values("outcome")
     return {r["outcome"]: r["n"] for r in rows.annotate(n=Count("pk")).order_by()}
-
-
-def _progress(job: BatchJob, owner: str) -> None:
-    """After a chunk: the counts from the items themselves, and the lease renewed."""
-    counts = _counts(job.pk)
-    now = timezone.now()
-    BatchJob.objects.filter(pk=job.pk, lease_owner=owner).update(
-        counts=counts, done=sum(counts.values()), heartbeat_at=now,
-        lease_expires_at=now + _lease(),
-    )  # fmt: skip
 
 
 def _end(job: BatchJob, owner: str, state: str) -> str:

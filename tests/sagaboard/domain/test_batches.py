@@ -115,13 +115,14 @@ def test_chunks_record_progress_and_the_job_is_audited_as_one_operation_with_its
     failed_undos(shop, 7)
     job = create(operator, "resolve", reason="refunded by hand")
     seen: list[int] = []
-    real = batches._progress
+    real = batches._chunk_run
 
-    def progress(job: BatchJob, owner: str) -> None:
-        real(job, owner)
+    def chunk(*args: Any) -> Any:
+        done = real(*args)
         seen.append(BatchJob.objects.get(pk=job.pk).done)
+        return done
 
-    monkeypatch.setattr(batches, "_progress", progress)
+    monkeypatch.setattr(batches, "_chunk_run", chunk)
     assert batches.batch_run(job.pk, chunk=3) == "finished"
     assert seen == [3, 6, 7]
     job.refresh_from_db()
@@ -137,14 +138,15 @@ def test_cancel_stops_between_chunks_and_leaves_the_rest_undone(
 ) -> None:
     failed_undos(shop, 10)
     job = create(operator, "leave")
-    real = batches._progress
+    real = batches._chunk_run
 
-    def cancel_after_first_chunk(j: BatchJob, owner: str) -> None:
-        real(j, owner)
-        if BatchJob.objects.get(pk=j.pk).done == 4:
-            batches.batch_cancel(user=operator, pk=j.pk)
+    def cancel_after_first_chunk(*args: Any) -> Any:
+        done = real(*args)
+        if BatchJob.objects.get(pk=job.pk).done == 4:
+            batches.batch_cancel(user=operator, pk=job.pk)
+        return done
 
-    monkeypatch.setattr(batches, "_progress", cancel_after_first_chunk)
+    monkeypatch.setattr(batches, "_chunk_run", cancel_after_first_chunk)
     assert batches.batch_run(job.pk, chunk=4) == "cancelled"
     job.refresh_from_db()
     assert (job.state, job.done, job.cancelled_by) == ("cancelled", 4, "user:op-1")
@@ -181,7 +183,9 @@ def test_a_job_resumes_after_its_worker_died_and_each_item_is_done_once(
     with pytest.raises(SystemExit):
         batches.batch_run(job.pk, chunk=4)
     job.refresh_from_db()
-    assert job.state == "running" and job.items.exclude(outcome="").count() == 5
+    # The first chunk stands; the second died whole: its fifth item's action with it.
+    assert job.state == "running" and job.items.exclude(outcome="").count() == 4
+    assert (job.done, Step.objects.filter(left_at__isnull=False).count()) == (4, 4)
     # Another live worker's lease keeps others out; a dead one's is taken over.
     assert batches.batch_run(job.pk) == "busy"
     BatchJob.objects.filter(pk=job.pk).update(lease_owner="elsewhere:1:x:batch")
@@ -189,7 +193,7 @@ def test_a_job_resumes_after_its_worker_died_and_each_item_is_done_once(
     BatchJob.objects.filter(pk=job.pk).update(lease_expires_at="2000-01-01T00:00:00Z")
     assert job.pk in batches.batch_orphans()
     assert batches.batch_run(job.pk) == "finished"
-    assert len(calls) == 6 + 4  # 5 done, the sixth interrupted, then it and the last 3
+    assert len(calls) == 6 + 5  # 4 done, 2 rolled back with the kill, then the last 5
     assert len(set(calls)) == 9
     job.refresh_from_db()
     assert job.counts == {"succeeded": 9}
