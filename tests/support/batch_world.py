@@ -105,3 +105,30 @@ def crash_seed(n: int = 30) -> None:
         expected=n,
     )
     print(json.dumps({"job": job.pk, "steps": [s.pk for s in steps]}))
+
+
+def screenshot_batch(n: int = 40) -> int:
+    """For the README screenshot: ``n`` more failed undos of refund_payment on the demo, a
+    colleague's retry of three of them, then a "leave failed" over all of them, run here."""
+    import time
+
+    from django.contrib.auth import get_user_model
+    from django.http import QueryDict
+
+    from sagaboard.domain import batches, operator_actions
+
+    demo = Project.objects.get(slug="demo")
+    steps = failed_undos(demo, n, prefix="refund-2026-12-02")
+    user = get_user_model().objects.get(username="demo")
+    job = batches.batch_create(
+        user=user,
+        action="leave",
+        query=QueryDict("project=demo&tool=refund_payment&q=refund-2026"),
+        reason="payments API outage 09:58-10:20: refunds re-issued by finance (INC-4411)",
+        expected=None,
+    )
+    for step in steps[5:8]:  # a colleague got there first: these items are refused
+        operator_actions.step_act(step_pk=step.pk, user=user, action="retry", reason="")
+    while batches.batch_run(job.pk, chunk=10) == "busy":  # a demo worker may hold it
+        time.sleep(0.2)
+    return job.pk
