@@ -252,3 +252,12 @@ def test_jobs_are_visible_only_to_people_who_see_all_their_projects(
     with pytest.raises(DecisionRefused) as refused:
         batches.batch_cancel(user=stranger, pk=job.pk)
     assert refused.value.status == 404
+
+
+def test_a_job_whose_author_was_deleted_refuses_every_item(shop: Project, operator: Any) -> None:
+    failed_undos(shop, 2)
+    job = create(operator, "leave")
+    operator.delete()
+    assert batches.batch_run(job.pk) == "finished"
+    job.refresh_from_db()
+    assert job.counts == {"refused": 2} and job.actor == "user:op-1"
