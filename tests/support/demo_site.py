@@ -50,10 +50,7 @@ PAGES: dict[str, str] = {
 """Every page a signed-in user reaches from the navigation, and saga pages with steps in
 several states (ROLLBACK_FAILED, AWAITING_APPROVAL, REJECTED, ROLLED_BACK, COMPENSATING)."""
 
-PUBLIC_BATCH = "from tests.support.batch_world import demo_batch; demo_batch()"
-"""A batch job (``/batch/1/``: the first of a fresh database), cancelled while queued."""
-
-PAGES: dict[str, str] = {"login": "/login/", "not-found": "/no-such-page/"}
+PUBLIC_PAGES: dict[str, str] = {"login": "/login/", "not-found": "/no-such-page/"}
 
 
 @contextmanager
