@@ -149,3 +149,12 @@ def _job(shop: Project, client: Client) -> Any:
     )
     assert sent.status_code == 302, sent.content
     return int(sent["Location"].strip("/").split("/")[-1])
+
+
+def test_the_saga_list_offers_its_own_filter_for_a_batch(shop: Project, operator: Client) -> None:
+    failed_undos(shop, 3)
+    page = operator.get("/?project=shop&tool=refund_payment").content.decode()
+    link = "/batch/new/?action=resolve&amp;project=shop&amp;tool=refund_payment"
+    assert link in page and "?action=approve" not in page  # an operator is no approver
+    confirm = operator.get(link.replace("&amp;", "&")).content.decode()
+    assert "Force-resolve: all 3 matching this filter?" in confirm
