@@ -1,8 +1,8 @@
 """Run every benchmark and publish or check the results: ``python -m benchmarks [--quick] ...``.
 
 ``make bench`` runs each module (``benchmarks.engine``, ``.ingest``, ``.live_latency``,
-``.approval``, ``.pages``, ``.tool_health``, ``.search``, ``.memory``) in its own process
-against a live local system on 127.0.0.1 and writes ``docs/benchmarks.md``: the machine and
+``.approval``, ``.pages``, ``.tool_health``, ``.search``, ``.memory``, ``.batch``) in its own
+process against a live local system on 127.0.0.1 and writes ``docs/benchmarks.md``: the machine and
 versions, then each figure's median and spread over the runs and its ratio to a floor
 measured in the same runs, with the published aims. ``benchmarks/commentary.md``
 (what each figure means, why an aim is missed) is appended as written.
@@ -40,6 +40,7 @@ MODULES = [
     "tool_health",
     "search",
     "memory",
+    "batch",
 ]
 BASELINE = ROOT / "benchmarks" / "baseline.json"
 COMMENTARY = ROOT / "benchmarks" / "commentary.md"

@@ -410,6 +410,12 @@ SAGABOARD_WORKER_LEASE_SECONDS = env_float(
 SAGABOARD_STOP_OVERDUE_SECONDS = env_float(
     "SAGABOARD_STOP_OVERDUE_SECONDS", 300.0, minimum=0.0, what="a number of seconds"
 )
+# Batch operations (README, "Batch operations"): items a worker processes between two
+# checks for Cancel (and lease renewals), and a pause between chunks to pace a big batch.
+SAGABOARD_BATCH_CHUNK = env_int("SAGABOARD_BATCH_CHUNK", 50, minimum=1)
+SAGABOARD_BATCH_PAUSE_SECONDS = env_float(
+    "SAGABOARD_BATCH_PAUSE_SECONDS", 0.0, minimum=0.0, what="a number of seconds"
+)
 
 # /metrics: open unless a token is set (then "Authorization: Bearer <token>").
 SAGABOARD_METRICS_TOKEN = env_str("SAGABOARD_METRICS_TOKEN")

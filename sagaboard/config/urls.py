@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 
 from sagaboard.api.v1 import api
 from sagaboard.web import (
+    batch_pages,
     decide_pages,
     export_pages,
     health_pages,
@@ -44,6 +45,11 @@ urlpatterns = [
     path("steps/<int:pk>/action/", queue_pages.step_action, name="step_action"),
     path("steps/bulk/", queue_pages.steps_bulk, name="steps_bulk"),
     path("steps/<int:pk>/acknowledge/", queue_pages.step_acknowledge, name="step_acknowledge"),
+    path("batch/", batch_pages.batch_list, name="batch_list"),
+    path("batch/new/", batch_pages.batch_new, name="batch_new"),
+    path("batch/<int:pk>/", batch_pages.batch_detail, name="batch_detail"),
+    path("batch/<int:pk>/progress/", batch_pages.batch_progress, name="batch_progress"),
+    path("batch/<int:pk>/cancel/", batch_pages.batch_cancel, name="batch_cancel"),
     path("notes/saga/<int:saga_pk>/", note_pages.note_add, name="note_add"),
     path("notes/<int:pk>/edit/", note_pages.note_edit, name="note_edit"),
     path("notes/<int:pk>/delete/", note_pages.note_delete, name="note_delete"),

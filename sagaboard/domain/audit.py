@@ -8,12 +8,29 @@ sequence number (``seq`` is NULL), so it never disturbs the engine's order.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from django.utils import timezone
 
 from sagaboard.models import AuditEntry, Event, Project, Saga, Step
+
+_OPERATION: ContextVar[dict[str, Any] | None] = ContextVar(
+    "sagaboard_audit_operation", default=None
+)
+
+
+@contextmanager
+def operation(**data: Any) -> Iterator[None]:
+    """Tag every entry recorded inside the block with ``data`` (a batch job's id): the
+    single actions a batch runs through the ordinary services stay tied to the batch."""
+    token = _OPERATION.set({**(_OPERATION.get() or {}), **data})
+    try:
+        yield
+    finally:
+        _OPERATION.reset(token)
 
 
 def actor_of(user: Any) -> str:
@@ -36,6 +53,7 @@ def record(
     """Write the audit entry and the timeline event, in the caller's transaction."""
     who = actor or actor_of(user)
     now = timezone.now()
+    data = {**(data or {}), **(_OPERATION.get() or {})}
     target = f"saga:{saga.saga_id}" + (f"/{step.step_id}" if step is not None else "")
     Event.objects.create(
         project_id=saga.project_id,

@@ -25,6 +25,7 @@ NOTIFICATION_SEND = "sagaboard.tasks.notification_send"
 SWEEP = "sagaboard.tasks.sweep"
 RETENTION_SWEEP = "sagaboard.tasks.retention_sweep"
 TOOL_ROLLUP_FOLD = "sagaboard.tasks.tool_rollup_fold"
+BATCH_RUN = "sagaboard.tasks.batch_run"
 
 
 def rollback_continue(saga_pk: int) -> None:
@@ -40,6 +41,11 @@ def step_action_run(step_pk: int) -> None:
 def stop_run(saga_pk: int) -> None:
     """Carry out an operator's rollback request of a running saga sagaboard runs."""
     _on_commit(STOP_RUN, saga_pk)
+
+
+def batch_run(job_pk: int) -> None:
+    """Process (or go on with) a batch job's items (``sagaboard.domain.batches``)."""
+    _on_commit(BATCH_RUN, job_pk)
 
 
 def notification_send(notification_pk: int) -> None:

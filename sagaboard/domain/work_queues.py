@@ -47,6 +47,19 @@ def approval_shown(projects: Sequence[Project], pk: int) -> Approval | None:
     return approval
 
 
+def approvals_pending_count(projects: Sequence[Project]) -> int:
+    """Every pending approval of ``projects`` (the queue shows the oldest ``QUEUE_LIMIT``)."""
+    return Approval.objects.filter(project__in=projects, status=Approval.Status.PENDING).count()
+
+
+def failures_open_count(projects: Sequence[Project]) -> int:
+    """Every failed undo of ``projects`` waiting for an operator (the page shows at most
+    ``QUEUE_LIMIT``)."""
+    return Step.objects.filter(
+        rollback_outcomes.waits_for_operator(), saga__project__in=projects
+    ).count()
+
+
 def approvals_for_step(projects: Sequence[Project], saga_pk: int, step_id: str) -> list[Approval]:
     approvals = list(
         _approvals(projects).filter(saga_id=saga_pk, step__step_id=step_id).order_by("pk")

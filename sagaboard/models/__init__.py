@@ -8,6 +8,7 @@ round-trips any JSON exactly on every database (PostgreSQL's jsonb would reject
 """
 
 from sagaboard.models.approvals import Approval, ApprovalPolicy, ApprovalVote
+from sagaboard.models.batches import BatchItem, BatchJob
 from sagaboard.models.decision_links import DecisionLink, SlackIdentity, SlackRequest
 from sagaboard.models.fields import (
     ApprovalStatus,
@@ -34,6 +35,8 @@ __all__ = [
     "ApprovalStatus",
     "ApprovalVote",
     "AuditEntry",
+    "BatchItem",
+    "BatchJob",
     "CompensationAttempt",
     "DecisionLink",
     "Event",

@@ -18,6 +18,8 @@ from sagaboard.models import (
     ApprovalPolicy,
     ApprovalVote,
     AuditEntry,
+    BatchItem,
+    BatchJob,
     CompensationAttempt,
     DecisionLink,
     Event,
@@ -163,6 +165,20 @@ class NoteAdmin(ReadOnlyAdmin):
 @admin.register(NoteRevision)
 class NoteRevisionAdmin(ReadOnlyAdmin):
     list_display = ["note", "written_by", "written_at", "replaced_by", "replaced_at"]
+
+
+@admin.register(BatchJob)
+class BatchJobAdmin(ReadOnlyAdmin):
+    """Batch jobs: confirmed and cancelled on the dashboard (audited there), never here."""
+
+    list_display = ["id", "action", "actor", "state", "done", "total", "created_at"]
+    list_filter = ["state", "action"]
+
+
+@admin.register(BatchItem)
+class BatchItemAdmin(ReadOnlyAdmin):
+    list_display = ["job", "position", "kind", "target_pk", "outcome", "done_at"]
+    list_filter = ["outcome"]
 
 
 @admin.register(Heartbeat)

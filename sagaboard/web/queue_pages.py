@@ -8,6 +8,8 @@ without htmx they redirect back with the same message.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -62,6 +64,12 @@ def _bulk_answer(request: HttpRequest, back: str, report: action_reports.Report)
     return render(request, "sagaboard/_bulk_report.html", {"report": report}, status=status)
 
 
+def _all(shown: int, count: Callable[[], int]) -> int:
+    """Every item waiting, for "act on all matching": the page's own count unless it was
+    cut at ``QUEUE_LIMIT`` (then one COUNT query: a page of the usual size costs none)."""
+    return count() if shown >= work_queues.QUEUE_LIMIT else shown
+
+
 # ---------------------------------------------------------------- approvals
 
 
@@ -70,10 +78,14 @@ def _bulk_answer(request: HttpRequest, back: str, report: action_reports.Report)
 def approval_queue(request: HttpRequest) -> HttpResponse:
     """Pending approvals, oldest first, with what failed and exactly what would run."""
     projects = visible.projects_for_user(request.user)
+    pending = work_queues.approvals_pending(projects)
     context = {
-        "approvals": presenters.queue_items(work_queues.approvals_pending(projects)),
+        "approvals": presenters.queue_items(pending),
         "can_decide": request.user.has_perm("sagaboard.decide_approval"),
         "last_log_id": visible.last_event_id(),
+        "projects": projects,
+        "batch_actions": [("approve", "Approve"), ("reject", "Reject")],
+        "batch_total": _all(len(pending), lambda: work_queues.approvals_pending_count(projects)),
     }
     return render(request, "sagaboard/approval_queue.html", context)
 
@@ -127,10 +139,20 @@ def approvals_bulk(request: HttpRequest) -> HttpResponse:
 def attention(request: HttpRequest) -> HttpResponse:
     """Failed and in-doubt undos, grouped by error signature, with every attempt so far."""
     projects = visible.projects_for_user(request.user)
+    groups = work_queues.failures_open(projects)
     context = {
-        "groups": work_queues.failures_open(projects),
+        "groups": groups,
         "can_operate": request.user.has_perm("sagaboard.retry_compensation"),
         "last_log_id": visible.last_event_id(),
+        "projects": projects,
+        "batch_actions": [
+            ("retry", "Retry"),
+            ("resolve", "Force-resolve"),
+            ("leave", "Leave failed"),
+        ],
+        "batch_total": _all(
+            sum(g.size for g in groups), lambda: work_queues.failures_open_count(projects)
+        ),
     }
     return render(request, "sagaboard/attention.html", context)
 

@@ -55,6 +55,10 @@ KINDS: dict[str, Kind] = {
     "acknowledged": Kind("acknowledged", SERVER),
     "told": Kind("agent told", SERVER),
     "overdue": Kind("overdue since", SERVER),
+    "confirmed": Kind("confirmed", SERVER),
+    "finished": Kind("finished", SERVER),
+    "heartbeat": Kind("last progress", SERVER),
+    "item-done": Kind("done", SERVER),
 }
 
 

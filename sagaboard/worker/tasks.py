@@ -19,6 +19,7 @@ from django.conf import settings
 
 from sagaboard.domain import (
     approvals,
+    batches,
     jobs,
     notifications,
     retention,
@@ -52,6 +53,13 @@ def stop_run(self: Any, saga_pk: int) -> str:
         raise self.retry(countdown=busy.retry_in) from busy
 
 
+@shared_task(name=jobs.BATCH_RUN, acks_late=True)
+def batch_run(job_pk: int) -> str:
+    """A batch job's items, chunk by chunk; a job another live worker holds is left to it
+    (the sweep queues it again if that worker dies)."""
+    return batches.batch_run(job_pk)
+
+
 @shared_task(name=jobs.NOTIFICATION_SEND, acks_late=True)
 def notification_send(pk: int) -> bool:
     return notifications.notification_send(pk)
@@ -69,11 +77,15 @@ def sweep() -> dict[str, int]:
     for kind, pk in orphans:
         tasks[kind].delay(pk)
     overdue = saga_stop.requests_overdue()
+    stalled = batches.batch_orphans()
+    for pk in stalled:
+        batch_run.delay(pk)
     return {
         "expired": expired,
         "notifications": len(due),
         "orphans": len(orphans),
         "stops_overdue": overdue,
+        "batches": len(stalled),
     }
 
 

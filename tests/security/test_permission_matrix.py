@@ -48,6 +48,8 @@ from sagaboard.models import (
     ApprovalPolicy,
     ApprovalVote,
     AuditEntry,
+    BatchItem,
+    BatchJob,
     CompensationAttempt,
     DecisionLink,
     Event,
@@ -174,7 +176,14 @@ def _build() -> World:
     saved = SavedView.objects.create(
         user=users["viewer"], name="mine", query="project=shop", project=shop
     )
+    batch = BatchJob.objects.create(user=users["operator"], actor="user:operator-1",
+                                    action="retry", reason="outage over", query="project=shop",
+                                    total=1)  # fmt: skip
+    batch.projects.set([shop])
+    BatchItem.objects.create(job=batch, position=0, kind="step", target_pk=failed_step.pk,
+                             project=shop, label="return_item (step-2) in storebot")  # fmt: skip
     values = {
+        "batch": batch.pk,
         "shop_pk": shop.pk,
         "saved_view": saved.pk,
         "note": note.pk,

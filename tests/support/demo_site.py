@@ -25,6 +25,9 @@ EXTRAS = (
     "'approvers_required': '2', 'timeout_seconds': '3600', 'enabled': '1'})"
 )
 
+BATCH = "from tests.support.batch_world import demo_batch; demo_batch()"
+"""A batch job (``/batch/1/``: the first of a fresh database), cancelled while queued."""
+
 PAGES: dict[str, str] = {
     "overview": "/overview/",
     "saga-list": "/",
@@ -41,6 +44,9 @@ PAGES: dict[str, str] = {
     "tool": "/tools/refund_payment/",
     "inbox": "/inbox/",
     "decide-link": "/decide/minted-when-the-demo-site-starts/",
+    "batch-jobs": "/batch/",
+    "batch-confirm": "/batch/new/?action=retry&project=demo",
+    "batch-job": "/batch/1/",
 }
 """Every page a signed-in user reaches from the navigation, and saga pages with steps in
 several states (ROLLBACK_FAILED, AWAITING_APPROVAL, REJECTED, ROLLED_BACK, COMPENSATING)."""
@@ -72,6 +78,7 @@ def demo_site(kind: str, workdir: Path) -> Iterator[Server]:
     with temp_database(kind, workdir) as url:
         load_demo(url)
         manage(url, "shell", "-v", "0", "-c", EXTRAS)
+        manage(url, "shell", "-v", "0", "-c", BATCH)
         manage(url, "sagaboard_token", "create", "demo", "--label", "storebot in production")
         PAGES["decide-link"] = manage(url, "shell", "-v", "0", "-c", MINT_LINK)
         with Server(url, debug=True) as server:

@@ -1,0 +1,104 @@
+"""Batch operations: one operator action over every item a filter matched, run as a job.
+
+A ``BatchJob`` is created when the operator confirms: the filter is stored as its query
+string, and the items it matched (in the operator's projects) are frozen as ``BatchItem``
+rows at that moment, so the job acts on exactly the count the confirm page showed. A
+worker then processes the items in order, recording each one's outcome; an item with an
+outcome is never processed again, which makes a job resumable after its worker died.
+The lease (``lease_owner``, ``lease_expires_at``) says which worker holds the job now.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from sagaboard.models.fields import JSONTextField
+from sagaboard.models.projects import Project
+
+
+class BatchJob(models.Model):
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        CANCELLING = "cancelling"
+        CANCELLED = "cancelled"
+        FINISHED = "finished"
+
+    class Action(models.TextChoices):
+        RETRY = "retry"
+        RESOLVE = "resolve"
+        LEAVE = "leave"
+        APPROVE = "approve"
+        REJECT = "reject"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor = models.CharField(max_length=200)
+    """Who confirmed it, as records name people (``user:<name>``): kept if the account goes."""
+    action = models.CharField(max_length=20, choices=Action.choices)
+    reason = models.TextField()
+    query = models.TextField(blank=True, default="")
+    """The filter as confirmed: the saga list's canonical query string."""
+    projects = models.ManyToManyField(Project, related_name="+", blank=True)
+    """The projects its items belong to (who may see the job)."""
+    total = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    counts = JSONTextField(default=dict)
+    """Items per outcome so far (``{"succeeded": 3, "refused": 1}``)."""
+    state = models.CharField(max_length=20, choices=State.choices, default=State.QUEUED)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    """When its worker last finished a chunk (a stalled job shows it)."""
+    lease_owner = models.CharField(max_length=200, null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "created_at"], name="batch_state_time")]
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"batch #{self.pk} {self.action} ({self.state})"
+
+    @property
+    def ended(self) -> bool:
+        return self.state in (self.State.CANCELLED, self.State.FINISHED)
+
+    @property
+    def percent(self) -> int:
+        return 100 if not self.total else int(100 * self.done / self.total)
+
+
+class BatchItem(models.Model):
+    """One target of a batch job (a step or an approval) and what became of it."""
+
+    class Kind(models.TextChoices):
+        STEP = "step"
+        APPROVAL = "approval"
+
+    job = models.ForeignKey(BatchJob, on_delete=models.CASCADE, related_name="items")
+    position = models.PositiveIntegerField()
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    target_pk = models.BigIntegerField()
+    """The step's or approval's primary key (no foreign key: the record may be purged)."""
+    project = models.ForeignKey(Project, null=True, on_delete=models.SET_NULL, related_name="+")
+    label = models.CharField(max_length=500)
+    """The target named for people: tool (step id) in saga name [saga id]."""
+    outcome = models.CharField(max_length=20, blank=True, default="")
+    """'' until processed; then a key of ``action_reports.RESULTS``."""
+    message = models.TextField(blank=True, default="")
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "position"], name="batch_item_position")
+        ]
+        indexes = [models.Index(fields=["job", "outcome", "position"], name="batch_item_outcome")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.target_pk}: {self.outcome or 'pending'}"

@@ -1,0 +1,53 @@
+"""Take the README screenshots of a batch job's page, light and dark.
+
+The demo (as scripts/screenshots.py starts it) plus 40 failed undos of refund_payment and a
+finished "leave failed" batch over them, three of them refused (a colleague's retry came
+first: ``tests.support.batch_world.screenshot_batch``); saved as
+docs/screenshots/batch-job-light.png and -dark.png.
+
+    .venv/bin/python scripts/batch_screenshot.py
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.chromium import chromium  # noqa: E402
+from tests.support.demo_site import BATCH, EXTRAS, log_in  # noqa: E402
+from tests.support.live_server import Server, load_demo, manage, temp_database  # noqa: E402
+
+SEED = "from tests.support.batch_world import screenshot_batch; print(screenshot_batch())"
+
+
+def main() -> int:
+    out = ROOT / "docs" / "screenshots"
+    with tempfile.TemporaryDirectory() as work, temp_database("sqlite", Path(work)) as url:
+        load_demo(url)
+        manage(url, "shell", "-v", "0", "-c", EXTRAS)
+        manage(url, "shell", "-v", "0", "-c", BATCH)
+        job = manage(url, "shell", "-v", "0", "-c", SEED).splitlines()[-1].strip()
+        with Server(url, debug=True) as server, chromium(10_000) as browser:
+            state = log_in(browser, server.url)
+            for theme in ("light", "dark"):
+                context = browser.new_context(
+                    viewport={"width": 1280, "height": 860}, color_scheme=theme,
+                    storage_state=state, device_scale_factor=1,
+                )  # fmt: skip
+                page = context.new_page()
+                page.goto(f"{server.url}/batch/{job}/?outcome=")
+                page.wait_for_load_state("load")
+                page.wait_for_timeout(300)
+                path = out / f"batch-job-{theme}.png"
+                page.screenshot(path=str(path), animations="disabled")
+                print(f"{path.relative_to(ROOT)}  {path.stat().st_size // 1024} KB")
+                context.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
