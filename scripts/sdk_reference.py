@@ -83,16 +83,16 @@ def _first_line(obj: Any) -> str:
 
 CONSTANTS = {
     "__version__": "The version of undo-core (and of sagaboard, released together).",
-    "ApprovalPolicy": "The type of a saga's ``approval_policy``: ``(step) -> bool``, true if its undo needs approval.",
+    "ApprovalPolicy": "A saga's ``approval_policy``: ``(step) -> bool``: needs approval?",
     "AuditSink": "The type of an audit sink: ``(AuditRecord) -> None``.",
-    "CompensationFailureMode": "``on_compensation_failure``: ``\"continue\"`` (default) or ``\"halt\"``.",
+    "CompensationFailureMode": '``on_compensation_failure``: ``"continue"`` or ``"halt"``.',
     "Listener": "The type of a saga listener: ``(SagaEvent) -> None``.",
     "SAGA_TRANSITIONS": "The saga state table: ``{status: statuses it may move to}``.",
     "STEP_TRANSITIONS": "The step state table: ``{state: states it may move to}``.",
     "ATTRIBUTES": "Every span attribute undo_core sets, and what it holds.",
     "METADATA_KEY": "The step metadata key holding its span's W3C traceparent.",
     "TOOL_CALL_ID": "The ``step.metadata`` key holding the framework's tool call id.",
-    "RunResult": "What ``SagaDefinition.run`` returns: ``{\"status\": \"completed\", \"saga_id\", \"state\"}``.",
+    "RunResult": 'What ``run`` returns: ``{"status": "completed", "saga_id", "state"}``.',
     "AttemptOutcome": "How one undo attempt ended.",
     "DecisionAction": "What a gate's ``Decision`` says to do.",
     "EventKind": "Whether a ``SagaEvent`` is the saga's own transition or a step's.",
@@ -113,7 +113,12 @@ def reference() -> str:
     out: list[str] = []
     for module, names in public_names().items():
         mod = importlib.import_module(module)
-        out += [f"#### `{module}`", "", "| name | kind | signature | what it is |", "|---|---|---|---|"]
+        out += [
+            f"#### `{module}`",
+            "",
+            "| name | kind | signature | what it is |",
+            "|---|---|---|---|",
+        ]
         for name in sorted(names, key=str.lower):
             obj = getattr(mod, name)
             kind = _kind(obj)
@@ -149,10 +154,14 @@ def error_tree() -> str:
     rows: list[tuple[str, str]] = []
 
     def walk(cls: type[BaseException], prefix: str, last: bool, top: bool) -> None:
-        builtins = [b.__name__ for b in cls.__bases__ if b.__module__ == "builtins" and b is not Exception]
+        builtins = [
+            b.__name__ for b in cls.__bases__ if b.__module__ == "builtins" and b is not Exception
+        ]
         also = f" (also {', '.join(builtins)})" if builtins else ""
         label = f"{cls.__name__}{also}"
-        rows.append(((prefix + ("" if top else "└── " if last else "├── ")) + label, _first_line(cls)))
+        rows.append(
+            ((prefix + ("" if top else "└── " if last else "├── ")) + label, _first_line(cls))
+        )
         kids = sorted((c for c in classes if cls in c.__bases__), key=lambda c: c.__name__)
         child_prefix = prefix + ("" if top else "    " if last else "│   ")
         for i, kid in enumerate(kids):
@@ -176,20 +185,25 @@ SECTIONS = {"reference": reference, "error-tree": error_tree}
 def render(text: str) -> str:
     """``text`` with every generated section replaced by its fresh content."""
     for name, make in SECTIONS.items():
-        pattern = re.compile(
-            rf"(<!-- generated:{name} -->\n).*?(<!-- /generated:{name} -->)", re.S
-        )
+        pattern = re.compile(rf"(<!-- generated:{name} -->\n).*?(<!-- /generated:{name} -->)", re.S)
         if not pattern.search(text):
-            raise SystemExit(f"{DOC}: missing <!-- generated:{name} --> ... <!-- /generated:{name} -->")
-        text = pattern.sub(lambda m: m.group(1) + make() + m.group(2), text)
+            raise SystemExit(
+                f"{DOC}: missing <!-- generated:{name} --> ... <!-- /generated:{name} -->"
+            )
+        body = make()
+        text = pattern.sub(lambda m, body=body: m.group(1) + body + m.group(2), text)
     return text
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="rewrite the generated parts of docs/sdk.md")
-    mode.add_argument("--check", action="store_true", help="exit 1 if docs/sdk.md's generated parts are stale")
+    mode.add_argument(
+        "--write", action="store_true", help="rewrite the generated parts of docs/sdk.md"
+    )
+    mode.add_argument(
+        "--check", action="store_true", help="exit 1 if docs/sdk.md's generated parts are stale"
+    )
     parser.add_argument("--doc", type=Path, default=DOC, help="the file (default %(default)s)")
     args = parser.parse_args(argv)
     current = args.doc.read_text(encoding="utf-8")
