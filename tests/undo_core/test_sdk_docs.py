@@ -133,3 +133,24 @@ def test_the_live_blocks_run_against_a_sagaboard(tmp_path: Path) -> None:
                 folder = tmp_path / f"block-{i}"
                 folder.mkdir()
                 run(block, folder, {"SAGABOARD_URL": server.url, "SAGABOARD_TOKEN": token})
+
+
+def _slugs(markdown: str) -> set[str]:
+    """GitHub's anchors of the headings of ``markdown`` (lowercase, punctuation dropped)."""
+    slugs = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", markdown, re.M):
+        text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+        slugs.add(text.replace(" ", "-"))
+    return slugs
+
+
+def test_the_links_to_sections_lead_somewhere() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    own = _slugs(text)
+    readme = _slugs((ROOT / "README.md").read_text(encoding="utf-8"))
+    broken = [f"#{a}" for a in re.findall(r"\]\(#([\w-]+)\)", text) if a not in own]
+    broken += [
+        f"README.md#{a}" for a in re.findall(r"\]\(\.\./README\.md#([\w-]+)\)", text)
+        if a not in readme
+    ]  # fmt: skip
+    assert not broken, f"docs/sdk.md links to missing sections: {broken}"
