@@ -1,4 +1,4 @@
-"""Generate (or check) the generated parts of docs/sdk.md: the reference table and the error tree.
+"""Generate (or check) the generated parts of docs/sdk.md: reference table, error tree, MCP options.
 
 The table lists every public name of undo_core that an agent developer imports (the
 ``__all__`` of each module in ``MODULES``), with its kind, its signature and the first line
@@ -179,7 +179,23 @@ def error_tree() -> str:
     )
 
 
-SECTIONS = {"reference": reference, "error-tree": error_tree}
+def mcp_options() -> str:
+    """The options of ``undo-mcp``, read from its argument parser (so a new one shows up)."""
+    from undo_core.mcp import server
+
+    rows = ["| option | meaning |", "|---|---|"]
+    for action in server._parser()._actions:
+        if not action.option_strings or "--help" in action.option_strings:
+            continue
+        metavar = action.metavar or action.dest.upper()
+        flags = ", ".join(f"`{flag} {metavar}`" for flag in action.option_strings)
+        default = server.DEFAULT_DB if action.dest == "db" else action.default  # not $UNDO_MCP_DB
+        text = (action.help or "").replace("%(default)s", str(default))
+        rows.append(f"| {flags} | {text.replace('|', chr(92) + '|')} |")
+    return "\n".join(rows) + "\n"
+
+
+SECTIONS = {"reference": reference, "error-tree": error_tree, "mcp-options": mcp_options}
 
 
 def render(text: str) -> str:

@@ -13,7 +13,7 @@ The rules of the page, kept simple on purpose:
 * Every public name (``scripts/sdk_reference.py``'s ``MODULES``: ``undo_core``,
   ``undo_core.remote``, ``.testing``, ``.tracing``, the adapters, ``undo_core.mcp.server``)
   appears, as a word, in at least one python block.
-* The generated parts (the reference table and the error tree) match the code:
+* The generated parts (the reference table, the error tree, the undo-mcp options) match the code:
   ``scripts/sdk_reference.py --check``.
 """
 
