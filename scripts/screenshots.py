@@ -3,7 +3,8 @@
 Starts the demo on a throw-away SQLite database and a live server (as the browser tests do:
 tests/support/demo_site.py), logs in as demo/demo in Debian's headless Chromium, and saves
 <page>-light.png and <page>-dark.png for the overview, the saga list, a saga whose rollback
-failed, the approval queue, the needs-attention page and the inbox into docs/screenshots/.
+failed, the approval queue, the needs-attention page, the inbox and the keyboard
+shortcuts dialog into docs/screenshots/.
 
     .venv/bin/python scripts/screenshots.py            # all of them
     .venv/bin/python scripts/screenshots.py --only overview,saga-list --theme dark
@@ -33,6 +34,7 @@ SHOTS = {
     "approval-queue": PAGES["approval-queue"],
     "needs-attention": PAGES["needs-attention"],
     "inbox": PAGES["inbox"],
+    "keyboard-help": PAGES["saga-list"] + "#keys",  # the "?" dialog, opened on the list
 }
 THEMES = ("light", "dark")
 
@@ -87,10 +89,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _shoot(page: Any, url: str, path: Path) -> None:
-    page.goto(url)
+    page.goto(url.removesuffix("#keys"))
     page.wait_for_load_state("load")
     page.evaluate("document.fonts.ready")
     page.wait_for_timeout(300)  # the live feed's first message, if any
+    if url.endswith("#keys"):
+        page.keyboard.press("?")
+        page.wait_for_selector("#keys-help[open]")
     page.screenshot(path=str(path), animations="disabled")
 
 

@@ -82,3 +82,22 @@ def record_verified(request: pytest.FixtureRequest) -> Any:
     report = verify()
     wrong = [d for d in report.differences if d.field not in allowed]
     assert not wrong, "the record differs from its event log:\n" + "\n".join(map(str, wrong))
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """OpenTelemetry on for one test: its finished spans in an in-memory exporter.
+
+    The global tracer provider can be set once per process, so the test's provider is
+    what ``get_tracer_provider`` answers while it runs (undo_core.tracing asks it).
+    """
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    yield exporter

@@ -22,6 +22,7 @@ from .errors import (
     ChangeRefused,
     GateError,
     LeaseError,
+    RollbackRequestedError,
     SagaClosedError,
     SagaDefinitionError,
     SagaNotFoundError,
@@ -73,7 +74,7 @@ from .rules import StepView, check_change, is_unsettled, replay
 from .saga import AsyncSaga, Saga
 from .sqlite_store import SQLiteStore
 from .states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepState
-from .storage import MemoryStore, SagaChange, SagaStore
+from .storage import MemoryStore, RollbackRequest, RollbackRequests, SagaChange, SagaStore
 from .tools import ExecuteContext, Reversibility, Tool, UndoContext, define_tool
 from .wrap import WrappedTools, wrap_tools
 
@@ -113,6 +114,9 @@ __all__ = [
     "RollbackException",
     "RollbackOutcome",
     "RollbackReport",
+    "RollbackRequest",
+    "RollbackRequestedError",
+    "RollbackRequests",
     "RunResult",
     "SQLiteStore",
     "Saga",

@@ -11,6 +11,7 @@ The tree::
     ├── StepNotFoundError          (also KeyError)     no step with that id
     ├── SagaNotFoundError          (also KeyError)     no saga with that id in the store
     ├── SagaRollbackError                              a step failed and rollback ran
+    │   └── RollbackRequestedError                     an operator asked for the rollback
     ├── StepTimeoutError           (also TimeoutError) execute or undo exceeded its timeout
     ├── GateError                                      an approval gate answered nonsense
     └── StoreError                                     the store could not read or write
@@ -29,6 +30,7 @@ __all__ = [
     "ChangeRefused",
     "GateError",
     "LeaseError",
+    "RollbackRequestedError",
     "SagaClosedError",
     "SagaDefinitionError",
     "SagaNotFoundError",
@@ -190,6 +192,35 @@ class SagaRollbackError(UndoCoreError):
 
     def __reduce__(self) -> tuple[Any, ...]:  # keep pickling (multiprocessing) working
         return (_rebuild_rollback_error, (str(self), dict(self.__dict__)))
+
+
+class RollbackRequestedError(SagaRollbackError):
+    """A person asked for this saga's rollback; the engine ran it at a step boundary.
+
+    Raised by ``execute`` *instead of running the step*: the store answered
+    ``rollback_requested(saga_id)`` (see :class:`~undo_core.RollbackRequests`),
+    so every COMPLETED step was undone newest first, exactly as after a failed
+    step (read ``status``, ``rolled_back``, ``unresolved`` as for
+    :class:`SagaRollbackError`; ``cause`` and ``failed_step`` are ``None``).
+    ``requested_by`` and ``reason`` say who asked and why.
+    """
+
+    def __init__(self, message: str, *, requested_by: str, reason: str, **fields: Any) -> None:
+        fields.setdefault("cause", None)
+        fields.setdefault("failed_step", None)
+        super().__init__(message, **fields)
+        self.requested_by = requested_by
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_requested_error, (str(self), dict(self.__dict__)))
+
+
+def _rebuild_requested_error(message: str, state: dict[str, Any]) -> RollbackRequestedError:
+    err = RollbackRequestedError.__new__(RollbackRequestedError)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err
 
 
 def _rebuild_rollback_error(message: str, state: dict[str, Any]) -> SagaRollbackError:

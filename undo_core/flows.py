@@ -17,14 +17,20 @@ the operation that raises or reports it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
 from .effects import Ask, Call, Flow, Sleep
-from .errors import GateError, SagaClosedError, StoreError, TransitionError
+from .errors import (
+    GateError,
+    RollbackRequestedError,
+    SagaClosedError,
+    StoreError,
+    TransitionError,
+)
 from .gates import (
     ApprovalPolicy,
     ApprovalRequest,
@@ -38,6 +44,7 @@ from .records import AttemptOutcome, CompensationAttempt, StepSnapshot
 from .reports import RollbackReport, rollback_error
 from .states import SETTLED_STEP_STATES, SagaStatus, StepState, check_step_transition
 from .steps import StepRow, describe
+from .storage import RollbackRequest
 from .tools import ExecuteContext, Tool, UndoContext
 from .tracing import METADATA_KEY, SagaTrace
 
@@ -132,6 +139,10 @@ class Flows:
         self.on_compensation_failure: CompensationFailureMode = on_compensation_failure
         self.approval_policy = approval_policy
         self.runs_async = runs_async
+        # Asked at every step boundary; resolved once (most stores have none).
+        self._requested: Callable[[str], RollbackRequest | None] | None = getattr(
+            ledger.store, "rollback_requested", None
+        )
 
     # ------------------------------------------------------------ reads
 
@@ -215,6 +226,10 @@ class Flows:
         ledger = self.ledger
         if ledger.record.status is not SagaStatus.IN_PROGRESS:
             self.require_open("execute")
+        if self._requested is not None:
+            request = self._requested(ledger.record.id)
+            if request is not None:
+                return (yield from self._requested_rollback(request))
         trace, span = self.trace, None
         if trace is not None:
             span = trace.step(tool.name, step_id, metadata or {}, input)
@@ -282,6 +297,39 @@ class Flows:
         unsaved = recorded.unsaved or run.unsaved
         raise rollback_error(
             ledger.record, ledger.by_id, run.report, step, error, unsaved, run.undo_failure
+        )
+
+    def _requested_rollback(self, request: RollbackRequest) -> Flow[Any]:
+        """A person asked for the rollback: run it instead of the next step, then raise."""
+        ledger = self.ledger
+        actor = request.by or None
+        run = yield from self.rollback_run(actor)
+        record = ledger.record
+        done = ", ".join(run.report.rolled_back) or "nothing"
+        message = (
+            f"Rollback of saga {record.name!r} requested by {request.by}"
+            + (f": {request.reason}" if request.reason else "")
+            + f". Rolled back (newest first): {done}; saga is {record.status}."
+        )
+        if run.unsaved is not None:
+            message += f" Some of this could not be saved to the store: {run.unsaved}"
+        comp_error, comp_step = run.undo_failure if run.undo_failure is not None else (None, None)
+        report = run.report
+        raise RollbackRequestedError(
+            message,
+            requested_by=request.by,
+            reason=request.reason,
+            saga_id=record.id,
+            saga_name=record.name,
+            status=record.status,
+            compensation_cause=comp_error,
+            failed_comp_step_name=comp_step.tool_name if comp_step else None,
+            failed_comp_step=comp_step.id if comp_step else None,
+            rolled_back=report.rolled_back,
+            failed=report.failed,
+            skipped=report.skipped,
+            rejected=report.rejected,
+            unresolved=report.unresolved,
         )
 
     # ------------------------------------------------------------ rollback

@@ -16,7 +16,14 @@ from .errors import LeaseError
 from .records import SagaEvent, SagaRecord, SagaSnapshot, StepSnapshot
 from .states import SagaStatus
 
-__all__ = ["UNFINISHED_STATUSES", "MemoryStore", "SagaChange", "SagaStore"]
+__all__ = [
+    "UNFINISHED_STATUSES",
+    "MemoryStore",
+    "RollbackRequest",
+    "RollbackRequests",
+    "SagaChange",
+    "SagaStore",
+]
 
 #: Statuses of sagas that a dead process may have left half done.
 UNFINISHED_STATUSES = frozenset({SagaStatus.IN_PROGRESS, SagaStatus.COMPENSATING})
@@ -66,6 +73,31 @@ class SagaStore(Protocol):
         ...
 
 
+class RollbackRequest(NamedTuple):
+    """A person's request to roll back a running saga: who asked, why, and when."""
+
+    by: str
+    reason: str
+    at: datetime | None = None
+
+
+@runtime_checkable
+class RollbackRequests(Protocol):
+    """A store that can tell the engine a person asked for a saga's rollback (optional).
+
+    The engine asks it at every step boundary (before ``execute`` runs a tool), so
+    the answer must come from memory, never from the network: ``SagaboardStore``
+    keeps what sagaboard's answers said, ``MemoryStore`` what
+    :meth:`MemoryStore.request_rollback` was told. On a request the engine runs the
+    rollback (newest first, as after a failed step) and ``execute`` raises
+    :class:`~undo_core.RollbackRequestedError`.
+    """
+
+    def rollback_requested(self, saga_id: str) -> RollbackRequest | None:
+        """The pending request for ``saga_id``, or ``None`` (cheap: called once per step)."""
+        ...
+
+
 def _check_fence(current: SagaRecord | None, incoming: SagaRecord) -> None:
     """Refuse a write from a process that lost the saga's lease (fencing).
 
@@ -97,6 +129,7 @@ class MemoryStore:
         self._steps: dict[str, dict[str, StepSnapshot]] = {}
         self._events: dict[str, list[SagaEvent]] = {}
         self._keep_events = keep_events
+        self._requests: dict[str, RollbackRequest] = {}
 
     def apply(self, change: SagaChange) -> None:
         saga_id = change.saga.id
@@ -141,6 +174,20 @@ class MemoryStore:
             record = self._sagas.get(saga_id)
             if record is not None and record.lease_owner == owner:
                 self._sagas[saga_id] = record._replace(lease_owner=None, lease_expires_at=None)
+
+    def request_rollback(
+        self, saga_id: str, *, by: str, reason: str, at: datetime | None = None
+    ) -> None:
+        """Ask for ``saga_id``'s rollback: its next ``execute`` rolls it back instead.
+
+        Safe from any thread (another thread may ask while the saga runs).
+        """
+        with self._lock:
+            self._requests[saga_id] = RollbackRequest(by=by, reason=reason, at=at)
+
+    def rollback_requested(self, saga_id: str) -> RollbackRequest | None:
+        """The request made with :meth:`request_rollback`, or ``None``."""
+        return self._requests.get(saga_id)
 
     def events(self, saga_id: str) -> list[SagaEvent]:
         """Every event of one saga, in order (when ``keep_events`` is on)."""

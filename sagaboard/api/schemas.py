@@ -67,6 +67,7 @@ class StepAddIn(StrictSchema):
     reversibility: Literal["reversible", "partial", "irreversible"] = "reversible"
     traceparent: str | None = Field(
         default=None,
+        max_length=55,
         pattern=r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
         description="The W3C traceparent of the agent's span for this step (the SDK sends "
         "it with OpenTelemetry on): kept in the step's metadata, shown as 'open trace', "
@@ -108,8 +109,23 @@ class EventResultOut(Out):
     log_id: int
 
 
+class RollbackRequestOut(Out):
+    """An operator's request to roll back a running saga: the SDK's engine does it."""
+
+    saga_id: str
+    by: str
+    reason: str
+    at: datetime | None
+
+
 class EventBatchOut(Out):
     results: list[EventResultOut]
+    rollback_requested: list[RollbackRequestOut] | None = None
+    """Present when operators asked for the rollback of sagas of this batch."""
+
+
+class RollbackRequestsOut(Out):
+    rollback_requested: list[RollbackRequestOut]
 
 
 class ErrorBody(Out):

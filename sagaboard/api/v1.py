@@ -23,6 +23,7 @@ from sagaboard.api.errors import ERRORS
 from sagaboard.api.schemas import (
     EventBatchOut,
     EventPageOut,
+    RollbackRequestsOut,
     SagaActionIn,
     SagaBeginIn,
     SagaOut,
@@ -33,7 +34,7 @@ from sagaboard.api.schemas import (
     StepFailIn,
     StepOut,
 )
-from sagaboard.domain import manual_flow
+from sagaboard.domain import manual_flow, saga_stop
 from sagaboard.domain.event_schema import BIGINT, EventBatchIn, Text, Timestamp
 from sagaboard.domain.ingest import events_ingest
 from sagaboard.domain.record_columns import SAGA_MIRRORED, STEP_MIRRORED, STEP_OWN_ROWS, mirrored
@@ -113,10 +114,28 @@ def post_events(request: HttpRequest, payload: EventBatchIn) -> HttpResponse:
     results = events_ingest(
         project=token.project, events=payload.events, token_pk=token.pk, sent=sent
     )
+    # Rollbacks operators asked for, of these sagas: the SDK hears them here.
+    asked = saga_stop.after_batch(token.project, {e.saga.id for e in payload.events})
     # Written directly (the shape is EventBatchOut): validating and encoding a thousand
     # results through the schema cost more than storing some of them.
-    body = orjson.dumps({"results": [r.__dict__ for r in results]})
-    return HttpResponse(body, content_type="application/json")
+    answer: dict[str, Any] = {"results": [r.__dict__ for r in results]}
+    if asked:
+        answer["rollback_requested"] = asked
+    return HttpResponse(orjson.dumps(answer), content_type="application/json")
+
+
+@api.get(
+    "/rollback-requests",
+    response={200: RollbackRequestsOut, **ERRORS},
+    tags=["events"],
+    summary="Rollbacks operators asked for, of this project's running sagas",
+)
+def list_rollback_requests(request: HttpRequest) -> Any:
+    """What the SDK asks while idle (a long step): each pending request, oldest first.
+
+    Asking marks them heard: the saga page then says the agent was told.
+    """
+    return {"rollback_requested": saga_stop.rollback_requests_for(_token(request).project)}
 
 
 # ---------------------------------------------------------------- sagas

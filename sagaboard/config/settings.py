@@ -328,6 +328,41 @@ SAGABOARD_COMMAND_UNDO_CWD = Path(
 SAGABOARD_NOTIFY_URL = env_str("SAGABOARD_NOTIFY_URL")
 SAGABOARD_BASE_URL = env_str("SAGABOARD_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 
+# Deciding from elsewhere. E-mail: each project member who may approve gets a personal,
+# single-use link (valid SAGABOARD_DECISION_LINK_HOURS) when an approval is asked for; the
+# mail goes through Django's e-mail backend (console by default with DEBUG on, SMTP else).
+# Slack: interactive Approve/Reject buttons post to /slack/interactions, verified with the
+# Slack app's signing secret (unset: the endpoint answers 404).
+SAGABOARD_DECISION_LINK_HOURS = env_float(
+    "SAGABOARD_DECISION_LINK_HOURS", 24.0, minimum=0.01, what="a number of hours"
+)
+SAGABOARD_EMAIL_APPROVALS = env_bool("SAGABOARD_EMAIL_APPROVALS", True)
+_MAIL_BACKEND = env_str(
+    "SAGABOARD_EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend"
+    if DEBUG
+    else "django.core.mail.backends.smtp.EmailBackend",
+)
+_MAIL_OPTIONS: dict[str, object] = {}
+if _MAIL_BACKEND.endswith(".smtp.EmailBackend"):
+    _MAIL_OPTIONS = {
+        "host": env_str("SAGABOARD_EMAIL_HOST", "localhost"),
+        "port": env_int("SAGABOARD_EMAIL_PORT", 25, minimum=1, maximum=65535),
+        "username": env_str("SAGABOARD_EMAIL_USER"),
+        "password": env_str("SAGABOARD_EMAIL_PASSWORD"),
+        "use_tls": env_bool("SAGABOARD_EMAIL_TLS", False),
+        "timeout": 10,
+    }
+elif _MAIL_BACKEND.endswith(".filebased.EmailBackend"):
+    _MAIL_OPTIONS = {"file_path": env_str("SAGABOARD_EMAIL_FILE_PATH") or str(VAR_DIR / "mail")}
+# Django 6.1's mailers (EMAIL_BACKEND and EMAIL_HOST... are deprecated); tests swap in locmem.
+MAILERS = {"default": {"BACKEND": _MAIL_BACKEND, "OPTIONS": _MAIL_OPTIONS}}
+DEFAULT_FROM_EMAIL = env_str("SAGABOARD_EMAIL_FROM", "sagaboard@localhost")
+SAGABOARD_SLACK_SIGNING_SECRET = env_str("SAGABOARD_SLACK_SIGNING_SECRET")
+SAGABOARD_SLACK_RESPONSE_URL_PREFIX = env_str(
+    "SAGABOARD_SLACK_RESPONSE_URL_PREFIX", "https://hooks.slack.com/"
+)  # where a Slack response_url may point (the outcome is posted there): Slack's host only
+
 # Celery: Redis (or any broker URL) in production; with neither, a broker on the local
 # filesystem under var/, so the embedded default needs no server. Tasks are acknowledged
 # after they finish: a worker killed mid-undo has its task delivered again.
@@ -369,6 +404,11 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("SAGABOARD_TASKS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
 SAGABOARD_WORKER_LEASE_SECONDS = env_float(
     "SAGABOARD_WORKER_LEASE_SECONDS", 60.0, minimum=0.001, what="a number of seconds"
+)
+# An operator's rollback request of a running saga that its agent has not carried out after
+# this many seconds is marked overdue by the sweep, and the operators are told.
+SAGABOARD_STOP_OVERDUE_SECONDS = env_float(
+    "SAGABOARD_STOP_OVERDUE_SECONDS", 300.0, minimum=0.0, what="a number of seconds"
 )
 
 # /metrics: open unless a token is set (then "Authorization: Bearer <token>").

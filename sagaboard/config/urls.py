@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 
 from sagaboard.api.v1 import api
 from sagaboard.web import (
+    decide_pages,
     export_pages,
     health_pages,
     inbox_pages,
@@ -17,6 +18,7 @@ from sagaboard.web import (
     probes,
     queue_pages,
     saved_view_pages,
+    stop_pages,
     token_pages,
 )
 
@@ -34,6 +36,8 @@ urlpatterns = [
     path("approvals/<int:pk>/", permalink_pages.approval_permalink, name="approval_permalink"),
     path("approvals/<int:pk>/decide/", queue_pages.approval_decide, name="approval_decide"),
     path("approvals/bulk/", queue_pages.approvals_bulk, name="approvals_bulk"),
+    path("decide/<str:token>/", decide_pages.decision_link, name="decision_link"),
+    path("slack/interactions", decide_pages.slack_interactions, name="slack_interactions"),
     path("attention/", queue_pages.attention, name="attention"),
     path("inbox/", inbox_pages.inbox, name="inbox"),
     path("inbox/badges/", inbox_pages.badges, name="inbox_badges"),
@@ -44,6 +48,11 @@ urlpatterns = [
     path("notes/<int:pk>/edit/", note_pages.note_edit, name="note_edit"),
     path("notes/<int:pk>/delete/", note_pages.note_delete, name="note_delete"),
     path("owners/saga/<int:saga_pk>/", note_pages.saga_assign, name="saga_assign"),
+    path(
+        "sagas/<int:saga_pk>/rollback-request/",
+        stop_pages.saga_rollback_request,
+        name="saga_rollback_request",
+    ),
     path("policies/", policy_pages.policy_list, name="policy_list"),
     path("policies/<int:pk>/", policy_pages.policy_edit, name="policy_edit"),
     path("audit/", policy_pages.audit, name="audit"),

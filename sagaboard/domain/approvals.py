@@ -182,8 +182,13 @@ class Outcome:
     """True when this vote settled the approval (approved or rejected)."""
 
 
-def approval_decide(*, approval_id: int, user: Any, decision: str, reason: str) -> Outcome:
+def approval_decide(
+    *, approval_id: int, user: Any, decision: str, reason: str, via: str = "page"
+) -> Outcome:
     """One person's approve or reject, taken exactly once; ``DecisionRefused`` says why not.
+
+    ``via``: where the person decided (``page``, ``email``, ``slack``), kept in the audit
+    entry; every way in goes through here, so the rules are the same everywhere.
 
     One transaction, its reads folded (the approver waits on them, and the undo
     after them): the approval, locked, with its saga, step and the saga's token in
@@ -246,7 +251,7 @@ def approval_decide(*, approval_id: int, user: Any, decision: str, reason: str) 
                 reason=reason,
                 from_state=Status.PENDING,
                 to_state=approval.status,
-                data={"approval": approval.pk, "votes": len(votes)},
+                data={"approval": approval.pk, "votes": len(votes), "via": via},
             )
     if void_error is not None:
         raise void_error

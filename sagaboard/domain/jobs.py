@@ -20,6 +20,7 @@ from django.db import transaction
 
 ROLLBACK_CONTINUE = "sagaboard.tasks.rollback_continue"
 STEP_ACTION_RUN = "sagaboard.tasks.step_action_run"
+STOP_RUN = "sagaboard.tasks.stop_run"
 NOTIFICATION_SEND = "sagaboard.tasks.notification_send"
 SWEEP = "sagaboard.tasks.sweep"
 RETENTION_SWEEP = "sagaboard.tasks.retention_sweep"
@@ -34,6 +35,11 @@ def rollback_continue(saga_pk: int) -> None:
 def step_action_run(step_pk: int) -> None:
     """Carry out an operator's retry or force-resolve of one failed undo."""
     _on_commit(STEP_ACTION_RUN, step_pk)
+
+
+def stop_run(saga_pk: int) -> None:
+    """Carry out an operator's rollback request of a running saga sagaboard runs."""
+    _on_commit(STOP_RUN, saga_pk)
 
 
 def notification_send(notification_pk: int) -> None:

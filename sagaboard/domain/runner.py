@@ -27,7 +27,7 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-from sagaboard.domain import approvals, audit, undo_kinds
+from sagaboard.domain import approvals, audit, saga_stop, undo_kinds
 from sagaboard.domain.worker_store import Busy, WorkerStore
 from sagaboard.infra.logs import saga_context
 from sagaboard.models import Approval, ApprovalPolicy, Saga, Step
@@ -252,6 +252,29 @@ def rollback_continue(saga_pk: int) -> str:
         return str(engine.status)
 
 
+def stop_run(saga_pk: int) -> str:
+    """Carry out an operator's request to roll back a running saga sagaboard runs.
+
+    The engine's own transitions: ``begin_rollback`` (steps never marked completed
+    fail, the saga goes COMPENSATING), then the undos newest first, each under its
+    approval rules. ``Busy`` (an API call or another worker holds it): the request
+    stays, and the sweep picks it up again (``orphaned_work``).
+    """
+    saga = Saga.objects.select_related("project", "rollback_requested_by").get(pk=saga_pk)
+    if saga.driver != Saga.Driver.SERVER or not saga.rollback_request_pending:
+        return "nothing requested"
+    by = audit.actor_of(saga.rollback_requested_by)
+    if saga.status == SagaStatus.IN_PROGRESS:
+        with attached(saga) as engine:
+            engine.begin_rollback(actor=by)
+            engine.resume_rollback(actor=by)
+            status = str(engine.status)
+    else:
+        status = saga.status
+    saga_stop.requests_closed(saga.project, [saga.saga_id])
+    return status
+
+
 def step_action_run(step_pk: int) -> str:
     """Carry out an operator's pending retry or resolve, then go on with the rollback."""
     step = Step.objects.select_related("saga__project").get(pk=step_pk)
@@ -314,11 +337,18 @@ def orphaned_work(*, stale_seconds: float = 30.0) -> list[tuple[str, int]]:
         lease_expires_at__gte=now,
     ).values_list("pk", "lease_owner")[:200]
     dead = [pk for pk, owner in held if local_owner_dead(owner)]
+    stops = Saga.objects.filter(
+        driver=Saga.Driver.SERVER,
+        rollback_requested_at__lt=cutoff,
+        rollback_request_done_at__isnull=True,
+    ).values_list("pk", flat=True)[:100]
     dead_steps = list(
         Step.objects.filter(saga_id__in=dead, pending_action__isnull=False).values_list(
             "pk", flat=True
         )
     )
-    return [("saga", pk) for pk in [*sagas, *dead]] + [
-        ("step", pk) for pk in [*stale_steps, *dead_steps]
-    ]
+    return (
+        [("saga", pk) for pk in [*sagas, *dead]]
+        + [("step", pk) for pk in [*stale_steps, *dead_steps]]
+        + [("stop", pk) for pk in stops]
+    )

@@ -39,6 +39,14 @@ def approvals_pending(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) 
     return approvals
 
 
+def approval_shown(projects: Sequence[Project], pk: int) -> Approval | None:
+    """One approval, as the queue shows it (whatever its status), if it is in ``projects``."""
+    approval = _approvals(projects).filter(pk=pk).first()
+    if approval is not None:
+        _attach_failed_steps([approval])
+    return approval
+
+
 def approvals_for_step(projects: Sequence[Project], saga_pk: int, step_id: str) -> list[Approval]:
     approvals = list(
         _approvals(projects).filter(saga_id=saga_pk, step__step_id=step_id).order_by("pk")

@@ -8,6 +8,7 @@ round-trips any JSON exactly on every database (PostgreSQL's jsonb would reject
 """
 
 from sagaboard.models.approvals import Approval, ApprovalPolicy, ApprovalVote
+from sagaboard.models.decision_links import DecisionLink, SlackIdentity, SlackRequest
 from sagaboard.models.fields import (
     ApprovalStatus,
     JSONTextField,
@@ -34,6 +35,7 @@ __all__ = [
     "ApprovalVote",
     "AuditEntry",
     "CompensationAttempt",
+    "DecisionLink",
     "Event",
     "Heartbeat",
     "JSONTextField",
@@ -45,6 +47,8 @@ __all__ = [
     "Saga",
     "SagaDriver",
     "SavedView",
+    "SlackIdentity",
+    "SlackRequest",
     "Step",
     "ToolRollup",
     "ToolRollupCursor",

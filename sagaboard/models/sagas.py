@@ -93,6 +93,18 @@ class Saga(models.Model):
     )
     """The person who took the saga on ("assigned to"), or NULL (``domain.ownership``)."""
     owner_since = models.DateTimeField(null=True, blank=True)
+    rollback_requested_at = models.DateTimeField(null=True, blank=True)
+    """When an operator asked for the rollback of this running saga (``domain.saga_stop``)."""
+    rollback_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    rollback_request_reason = models.TextField(null=True, blank=True)
+    rollback_request_heard_at = models.DateTimeField(null=True, blank=True)
+    """When the agent's SDK was first told (an answer to its events, or its idle poll)."""
+    rollback_request_overdue_at = models.DateTimeField(null=True, blank=True)
+    """When the sweep found the request unheard past ``SAGABOARD_STOP_OVERDUE_SECONDS``."""
+    rollback_request_done_at = models.DateTimeField(null=True, blank=True)
+    """When the saga left IN_PROGRESS after the request: the request is closed."""
 
     class Meta:
         constraints = [
@@ -184,6 +196,11 @@ class Saga(models.Model):
     def running(self) -> bool:
         """Still going (forward or rolling back): its duration is still growing."""
         return self.status in (SagaStatus.IN_PROGRESS, SagaStatus.COMPENSATING)
+
+    @property
+    def rollback_request_pending(self) -> bool:
+        """An operator asked for the rollback and the saga has not left IN_PROGRESS yet."""
+        return self.rollback_requested_at is not None and self.rollback_request_done_at is None
 
     @property
     def agent_driven(self) -> bool:

@@ -1,4 +1,5 @@
-"""What needs me: approvals I may still vote on, failed undos I may settle, sagas I own.
+"""What needs me: approvals I may still vote on, failed undos I may settle, sagas I own,
+and (in the inbox, not the badges) rollback requests whose agent has not acted in time.
 
 The navigation's badges count them (``counts``, three capped counts: a badge says "99+"
 rather than count a backlog) and the inbox lists them (``items``). Everything is scoped to
@@ -8,7 +9,7 @@ open sagas they own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -69,11 +70,25 @@ def counts(user: Any) -> Counts:
     )
 
 
+def _stops_overdue(user: Any) -> QuerySet[Saga]:
+    """Rollback requests of running sagas that their agents have not carried out in time
+    (``domain.saga_stop.requests_overdue``): an operator must find out why."""
+    if not user.has_perm("sagaboard.request_rollback"):
+        return Saga.objects.none()
+    return Saga.objects.filter(
+        project__in=visible.projects_visible(user),
+        status=SagaStatus.IN_PROGRESS,
+        rollback_request_overdue_at__isnull=False,
+        rollback_request_done_at__isnull=True,
+    )
+
+
 @dataclass(frozen=True)
 class Items:
     approvals: list[Approval]
     failures: list[Step]
     assigned: list[Saga]
+    stops_overdue: list[Saga] = field(default_factory=list)
 
 
 def items(user: Any) -> Items:
@@ -89,5 +104,10 @@ def items(user: Any) -> Items:
         ),
         assigned=list(
             _assigned(user).select_related("project").order_by("owner_since", "pk")[:LIMIT]
+        ),
+        stops_overdue=list(
+            _stops_overdue(user)
+            .select_related("project", "rollback_requested_by")
+            .order_by("rollback_requested_at", "pk")[:LIMIT]
         ),
     )

@@ -19,6 +19,7 @@ from sagaboard.models import (
     ApprovalVote,
     AuditEntry,
     CompensationAttempt,
+    DecisionLink,
     Event,
     Heartbeat,
     Note,
@@ -27,6 +28,8 @@ from sagaboard.models import (
     Project,
     Saga,
     SavedView,
+    SlackIdentity,
+    SlackRequest,
     Step,
     ToolRollup,
     ToolRollupCursor,
@@ -130,6 +133,24 @@ class ApprovalVoteAdmin(ReadOnlyAdmin):
 @admin.register(Notification)
 class NotificationAdmin(ReadOnlyAdmin):
     list_display = ["id", "kind", "created_at", "attempts", "delivered_at", "last_error"]
+
+
+@admin.register(DecisionLink)
+class DecisionLinkAdmin(ReadOnlyAdmin):
+    list_display = ["id", "approval", "user", "created_at", "expires_at", "used_at"]
+    exclude = ["token_hash"]
+
+
+@admin.register(SlackIdentity)
+class SlackIdentityAdmin(ReadOnlyAdmin):
+    """Linked with ``manage.py sagaboard_slack_link`` (audited), not here."""
+
+    list_display = ["slack_user_id", "user", "linked_at"]
+
+
+@admin.register(SlackRequest)
+class SlackRequestAdmin(ReadOnlyAdmin):
+    list_display = ["signature", "seen_at"]
 
 
 @admin.register(Note)

@@ -53,6 +53,8 @@ KINDS: dict[str, Kind] = {
     "replaced": Kind("replaced", SERVER),
     "assigned": Kind("assigned", SERVER),
     "acknowledged": Kind("acknowledged", SERVER),
+    "told": Kind("agent told", SERVER),
+    "overdue": Kind("overdue since", SERVER),
 }
 
 

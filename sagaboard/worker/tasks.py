@@ -17,7 +17,15 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from sagaboard.domain import approvals, jobs, notifications, retention, runner, tool_rollup
+from sagaboard.domain import (
+    approvals,
+    jobs,
+    notifications,
+    retention,
+    runner,
+    saga_stop,
+    tool_rollup,
+)
 
 
 @shared_task(name=jobs.ROLLBACK_CONTINUE, bind=True, acks_late=True, max_retries=None)
@@ -36,6 +44,14 @@ def step_action_run(self: Any, step_pk: int) -> str:
         raise self.retry(countdown=busy.retry_in) from busy
 
 
+@shared_task(name=jobs.STOP_RUN, bind=True, acks_late=True, max_retries=None)
+def stop_run(self: Any, saga_pk: int) -> str:
+    try:
+        return runner.stop_run(saga_pk)
+    except runner.Busy as busy:
+        raise self.retry(countdown=busy.retry_in) from busy
+
+
 @shared_task(name=jobs.NOTIFICATION_SEND, acks_late=True)
 def notification_send(pk: int) -> bool:
     return notifications.notification_send(pk)
@@ -49,9 +65,16 @@ def sweep() -> dict[str, int]:
     for pk in due:
         notification_send.delay(pk)
     orphans = runner.orphaned_work()
+    tasks = {"saga": rollback_continue, "step": step_action_run, "stop": stop_run}
     for kind, pk in orphans:
-        (rollback_continue if kind == "saga" else step_action_run).delay(pk)
-    return {"expired": expired, "notifications": len(due), "orphans": len(orphans)}
+        tasks[kind].delay(pk)
+    overdue = saga_stop.requests_overdue()
+    return {
+        "expired": expired,
+        "notifications": len(due),
+        "orphans": len(orphans),
+        "stops_overdue": overdue,
+    }
 
 
 @shared_task(name=jobs.RETENTION_SWEEP)

@@ -117,6 +117,10 @@ async def test_connected_mode_leaves_command_undos_to_approvers(
         assert result.structured_content["status"] == "COMPENSATING"
         assert result.structured_content["awaitingApproval"] == ["step-1"]
         assert "approval" in text(result) and f"{url}/approvals/" in text(result)
+        assert result.structured_content["decideAt"] == f"{url}/approvals/"
+        page = result.structured_content["sagaPage"]
+        assert page.startswith(f"{url}/sagas/") and page in text(result)
+        assert "not in this chat" in text(result)
         assert backup.exists()
 
         # the worker's logic: the undo waits for approval; an approver rejects it

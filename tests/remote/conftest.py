@@ -60,6 +60,8 @@ class FakeSagaboard:
     duplicates: int = 0
     sagas: dict[str, dict[str, Any]] = field(default_factory=dict)
     steps: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    rollback_requests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Operators' rollback requests by saga id, as sagaboard answers them (``saga_stop``)."""
     _failures: deque[str] = field(default_factory=deque)
     _by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -126,6 +128,9 @@ class FakeSagaboard:
         parts = path.removeprefix("/api/v1/").split("/")
         if method == "POST" and parts == ["events"]:
             return self._events(seen.body["events"])
+        if method == "GET" and parts == ["rollback-requests"]:
+            asked = [{"saga_id": sid, **r} for sid, r in self.rollback_requests.items()]
+            return httpx.Response(200, json={"rollback_requested": asked})
         if method == "GET" and parts == ["sagas"]:
             return self._list(seen.query)
         if method == "GET" and len(parts) == 2 and parts[0] == "sagas":
@@ -153,7 +158,15 @@ class FakeSagaboard:
         for event in fresh.values():  # all or nothing: only now is anything applied
             self._apply(event)
         self.duplicates += sum(r["status"] == "duplicate" for r in results)
-        return httpx.Response(200, json={"results": results})
+        answer: dict[str, Any] = {"results": results}
+        asked = [
+            {"saga_id": sid, **r}
+            for sid, r in self.rollback_requests.items()
+            if sid in {e["saga"]["id"] for e in events}
+        ]
+        if asked:
+            answer["rollback_requested"] = asked
+        return httpx.Response(200, json=answer)
 
     def _refusal(
         self, event: dict[str, Any], index: int, fresh: dict[str, dict[str, Any]]

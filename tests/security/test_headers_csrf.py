@@ -5,8 +5,8 @@ CSRF is table-driven from ``sagaboard/config/urls.py`` itself: every route is se
 PATCH and DELETE without a token by a logged-in superuser, and must answer 403 and leave
 every table as it was. The state-changing routes are also sent the same request with a
 token, which must go through: so each row of the table is a real request, not one that
-a 403 would have met anyway. The API (bearer tokens, no cookies) is the one exception:
-a session cookie alone gets 401 there.
+a 403 would have met anyway. The API (bearer tokens, no cookies) and Slack's endpoint
+(Slack's signature) are the exceptions: a session cookie alone gets 401 (or 404) there.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -31,10 +32,11 @@ from django.db import connection
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, RoutePattern
+from django.utils import timezone
 
-from sagaboard.domain import runner
+from sagaboard.domain import link_tokens, runner
 from sagaboard.domain.tokens import token_create
-from sagaboard.models import ApiToken, Approval, ApprovalPolicy, Project, Step
+from sagaboard.models import ApiToken, Approval, ApprovalPolicy, DecisionLink, Project, Step
 from tests.support.hitl import person, storebot_server_saga
 from tests.support.live_server import ROOT
 
@@ -143,7 +145,8 @@ assert not [r for r in ROUTES if "<" in r or "(?P" in r], "a route parameter was
 
 
 def _is_api(path: str) -> bool:
-    return path.startswith("api/")
+    """Routes without a session: the API (bearer tokens) and Slack's endpoint (its signature)."""
+    return path.startswith(("api/", "slack/"))
 
 
 def test_every_route_refuses_an_unsafe_method_without_a_csrf_token(world: World) -> None:
@@ -194,6 +197,15 @@ def test_the_table_covers_every_route_of_the_project() -> None:
 
 Request = Callable[[World], tuple[str, dict[str, Any]]]
 
+
+def _link_of(user: Any, approval: Approval) -> str:
+    """A decision link of ``user`` for ``approval``, as its mail would carry it."""
+    link = DecisionLink.objects.create(
+        approval=approval, user=user, expires_at=timezone.now() + timedelta(hours=1)
+    )
+    return link_tokens.link_mint(link)
+
+
 STATE_CHANGING: dict[str, Request] = {
     "approval_decide": lambda w: (
         f"/approvals/{w.approval.pk}/decide/",
@@ -232,6 +244,10 @@ STATE_CHANGING: dict[str, Request] = {
     "token_create": lambda w: ("/tokens/", {"project": "shop", "label": "new agent"}),
     "token_revoke": lambda w: (f"/tokens/{w.token.prefix}/revoke/", {"reason": "leaked"}),
     "logout": lambda w: ("/logout/", {}),
+    "decision_link": lambda w: (
+        f"/decide/{_link_of(w.root, w.approval)}/",
+        {"decision": "approve", "reason": "from the mail"},
+    ),
     "admin_group_add": lambda w: ("/admin/auth/group/add/", {"name": "g9"}),
 }
 

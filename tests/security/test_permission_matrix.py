@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,20 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection, transaction
 from django.test import Client, override_settings
 from django.urls import URLPattern
+from django.utils import timezone
 
 from sagaboard.api.v1 import api
 from sagaboard.config import urls
 from sagaboard.config.asgi import application
-from sagaboard.domain import decisions, health, manual_flow, notes, operator_actions, runner
+from sagaboard.domain import (
+    decisions,
+    health,
+    link_tokens,
+    manual_flow,
+    notes,
+    operator_actions,
+    runner,
+)
 from sagaboard.domain.roles import roles_sync
 from sagaboard.domain.tokens import token_create, token_revoke
 from sagaboard.live.relay import stop_all
@@ -39,6 +49,7 @@ from sagaboard.models import (
     ApprovalVote,
     AuditEntry,
     CompensationAttempt,
+    DecisionLink,
     Event,
     Project,
     Saga,
@@ -156,6 +167,10 @@ def _build() -> World:
                      token_pk=None)  # fmt: skip
 
     note = notes.note_add(user=users["operator"], saga_pk=waiting.pk, body="on it")
+    link = DecisionLink.objects.create(
+        approval=Approval.objects.get(saga=waiting, status="PENDING"), user=users["approver"],
+        expires_at=timezone.now() + timedelta(hours=1),
+    )  # fmt: skip
     saved = SavedView.objects.create(
         user=users["viewer"], name="mine", query="project=shop", project=shop
     )
@@ -173,10 +188,12 @@ def _build() -> World:
         "policy_name": policy.name,
         "more_events": done[-1:],
         "hand_saga": "manual-1",
+        "running_saga_pk": Saga.objects.get(saga_id="manual-1").pk,
         "empty_hand_saga": "manual-2",
         "mirrored_saga": "agent-awaiting",
         "api_approval": asked.pk,
         "halted_saga": "agent-halted",
+        "decide_token": link_tokens.link_mint(link),
     }
     sessions = {}
     for name, user in users.items():

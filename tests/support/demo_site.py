@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.support.live_server import Server, load_demo, manage, temp_database
+from tests.support.live_server import LIVE_SECRET_KEY, Server, load_demo, manage, temp_database
 
 EXTRAS = (
     "from django.contrib.auth import get_user_model; from sagaboard.models import Project; "
@@ -40,9 +40,28 @@ PAGES: dict[str, str] = {
     "tools": "/tools/",
     "tool": "/tools/refund_payment/",
     "inbox": "/inbox/",
+    "decide-link": "/decide/minted-when-the-demo-site-starts/",
 }
 """Every page a signed-in user reaches from the navigation, and saga pages with steps in
 several states (ROLLBACK_FAILED, AWAITING_APPROVAL, REJECTED, ROLLED_BACK, COMPENSATING)."""
+
+# The demo user's decision link for the approval waiting in the queue (the confirm page a
+# mailed link opens): minted with the server's key, as the worker would when it mails it.
+MINT_LINK = f"""
+from datetime import timedelta
+from django.contrib.auth import get_user_model
+from django.test.utils import override_settings
+from django.utils import timezone
+from sagaboard.domain import link_tokens
+from sagaboard.models import Approval, DecisionLink
+link = DecisionLink.objects.create(
+    approval=Approval.objects.filter(status="PENDING").order_by("pk").first(),
+    user=get_user_model().objects.get(username="demo"),
+    expires_at=timezone.now() + timedelta(days=1),
+)
+with override_settings(SECRET_KEY={LIVE_SECRET_KEY!r}):
+    print(f"/decide/{{link_tokens.link_mint(link)}}/")
+"""
 
 PUBLIC_PAGES: dict[str, str] = {"login": "/login/", "not-found": "/no-such-page/"}
 
@@ -54,6 +73,7 @@ def demo_site(kind: str, workdir: Path) -> Iterator[Server]:
         load_demo(url)
         manage(url, "shell", "-v", "0", "-c", EXTRAS)
         manage(url, "sagaboard_token", "create", "demo", "--label", "storebot in production")
+        PAGES["decide-link"] = manage(url, "shell", "-v", "0", "-c", MINT_LINK)
         with Server(url, debug=True) as server:
             yield server
 

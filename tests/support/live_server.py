@@ -75,6 +75,12 @@ DEMO_UNDOS = {"SAGABOARD_COMPENSATION_MODULES": "sagaboard.demo.compensations"}
 every process started here registers them unless the caller's environment says otherwise."""
 
 
+LIVE_SECRET_KEY = os.environ.get(
+    "SAGABOARD_SECRET_KEY", "live-test-only-not-secret-0123456789abcdef"
+)
+"""The servers' secret key: what they sign (decision links) a script must sign with it too."""
+
+
 def manage(database_url: str, *args: str, settings: str = "sagaboard.config.settings") -> str:
     env = {
         **DEMO_UNDOS,
@@ -130,9 +136,7 @@ class Server:
             "DJANGO_SETTINGS_MODULE": self.settings,
             # As in production: DEBUG off (no query log, no debug pages).
             "SAGABOARD_DEBUG": "1" if self.debug else "0",
-            "SAGABOARD_SECRET_KEY": os.environ.get(
-                "SAGABOARD_SECRET_KEY", "live-test-only-not-secret-0123456789abcdef"
-            ),
+            "SAGABOARD_SECRET_KEY": LIVE_SECRET_KEY,
             "SAGABOARD_ALLOWED_HOSTS": "127.0.0.1,localhost",
             **self.extra_env,
         }

@@ -231,6 +231,15 @@ PAGES: list[Row] = [
         action="bulk approve, htmx",
         data={"approval": "{approval}", "decision": "approve", "reason": "checked"}, htmx=True),
     _get_on_post_only("approvals_bulk", "/approvals/bulk/"),
+    Row("Pages", "decision_link", "GET", "/decide/{decide_token}/",
+        page(members="403", approver="200", stranger="403", norole="403"),
+        action="the approver's mailed link: the confirm page, nothing decided", shows="{saga_id}"),
+    Row("Pages", "decision_link", "POST", "/decide/{decide_token}/",
+        page(members="403", approver=f"200 {CHANGED}", stranger="403", norole="403"),
+        action="approve through the approver's link",
+        data={"decision": "approve", "reason": "checked"}),
+    Row("Pages", "decision_link", "GET", "/decide/forged-token/",
+        page(members="404", stranger="404", norole="404"), action="a forged link"),
     Row("Pages", "inbox", "GET", "/inbox/",
         page(viewer=f"200 {NOTHING}", operator=f"200 {NOTHING}", approver="200", admin="200",
              stranger=f"200 {NOTHING}", norole=f"200 {NOTHING}"),
@@ -268,6 +277,11 @@ PAGES: list[Row] = [
               norole="403"),
         action="assign to a colleague", data={"owner": "approver-1"}),
     _get_on_post_only("saga_assign", "/owners/saga/{saga_pk}/"),
+    Row("Pages", "saga_rollback_request", "POST", "/sagas/{running_saga_pk}/rollback-request/",
+        _need(f"302 → /sagas/shop/manual-1/ {CHANGED}", OPERATORS, "403", stranger="404",
+              norole="403"),
+        action="request the rollback of a running saga", data={"reason": "wrong customer"}),
+    _get_on_post_only("saga_rollback_request", "/sagas/{running_saga_pk}/rollback-request/"),
     Row("Pages", "steps_bulk", "POST", "/steps/bulk/",
         _need(HTMX_OK, OPERATORS, "403", stranger="404", norole="403"),
         action="bulk retry, htmx", data={"step": "{failed_step}", "action": "retry"}, htmx=True),
@@ -327,6 +341,8 @@ API: list[Row] = [
     Row("API", "POST /api/v1/events", "POST", "/api/v1/events",
         api(token=f"200 {CHANGED}", other_token="422"),
         action="the next event of a saga shop's agent runs", data={"events": "{more_events}"}),
+    Row("API", "GET /api/v1/rollback-requests", "GET", "/api/v1/rollback-requests",
+        api(token="200", other_token="200")),
     Row("API", "GET /api/v1/sagas", "GET", "/api/v1/sagas",
         api(token="200", other_token=f"200 {NOTHING}"), shows="{saga_id}"),
     Row("API", "POST /api/v1/sagas", "POST", "/api/v1/sagas",
@@ -373,6 +389,16 @@ API: list[Row] = [
         everyone("405"), action="no such method"),
 ]  # fmt: skip
 
+SLACK: list[Row] = [
+    Row("Slack", "slack_interactions", "POST", "/slack/interactions", everyone("401"),
+        action="not signed by Slack: a session or an API token counts for nothing",
+        data={"payload": "unsigned"}, settings={"SAGABOARD_SLACK_SIGNING_SECRET": "slack-secret"}),
+    Row("Slack", "slack_interactions", "POST", "/slack/interactions", everyone("404"),
+        action="no SAGABOARD_SLACK_SIGNING_SECRET", data={"payload": "unsigned"}),
+]  # fmt: skip
+"""Slack's interactivity endpoint: Slack's signature is its authentication (its own tests
+sign requests as Slack does: tests/sagaboard/web/test_slack_interactions.py)."""
+
 WEBSOCKETS: list[Row] = [
     Row("Websocket", "ws /ws/sagas/", "WS", "/ws/sagas/?list=1&after=0",
         ws(members="accept", stranger=f"accept {NOTHING}", norole=f"accept {NOTHING}"),
@@ -397,7 +423,7 @@ WEBSOCKETS: list[Row] = [
         headers={"origin": "https://localhost"}, shows="{saga_id}"),
 ]  # fmt: skip
 
-ROWS: list[Row] = [*PAGES, *API, *WEBSOCKETS]
+ROWS: list[Row] = [*PAGES, *API, *SLACK, *WEBSOCKETS]
 
 # ---------------------------------------------------------------- rendering
 

@@ -19,9 +19,15 @@ Connect = Callable[..., AbstractAsyncContextManager[ClientSession]]
 
 @asynccontextmanager
 async def mcp_session(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    elicitation_callback: Any = None,
 ) -> AsyncIterator[ClientSession]:
-    """Spawn ``python -m undo_core.mcp.server ARGS`` in ``cwd`` and open a session to it."""
+    """Spawn ``python -m undo_core.mcp.server ARGS`` in ``cwd`` and open a session to it.
+
+    ``elicitation_callback`` answers the server's questions (and declares the capability).
+    """
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "undo_core.mcp.server", *args],
@@ -30,7 +36,7 @@ async def mcp_session(
     )
     async with (
         stdio_client(params) as (read, write),
-        ClientSession(read, write) as session,
+        ClientSession(read, write, elicitation_callback=elicitation_callback) as session,
     ):
         await session.initialize()
         yield session

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from ..errors import UndoCoreError
 from ..ledger import default_owner
@@ -29,10 +30,18 @@ from ..records import StepSnapshot
 from ..reports import RollbackReport
 from ..saga import Saga
 from ..sqlite_store import SQLiteStore
-from ..states import StepState
+from ..states import SagaStatus, StepState
 from ..tools import Tool, UndoContext, define_tool
 
-__all__ = ["Backend", "LocalBackend", "RemoteBackend", "Reply", "ToolInputError"]
+__all__ = [
+    "Backend",
+    "LocalBackend",
+    "PlannedUndo",
+    "RemoteBackend",
+    "Reply",
+    "ToolInputError",
+    "UndoPlan",
+]
 
 UNDO_COMMAND = "undoCommand"
 """The step metadata key that holds a step's undo command (standalone mode)."""
@@ -46,6 +55,32 @@ class ToolInputError(Exception):
 class Reply:
     text: str
     data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedUndo:
+    """One undo command a rollback would run: what a person is asked to confirm."""
+
+    step_id: str
+    tool_name: str
+    command: str
+    input: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class UndoPlan:
+    """The undo commands ``saga_rollback`` would run now, newest first, and where.
+
+    Standalone mode shows it to the person before running anything; ``undos`` empty means
+    the rollback runs no command (nothing to confirm). ``kept`` are the completed steps
+    without an undo command: their side effects stay, and the person should know it.
+    """
+
+    saga_id: str
+    name: str
+    cwd: str
+    undos: tuple[PlannedUndo, ...]
+    kept: tuple[PlannedUndo, ...] = ()
 
 
 class Backend(Protocol):
@@ -285,6 +320,25 @@ class LocalBackend:
             finally:
                 saga.release()
 
+    def _plan(self, saga: Saga) -> UndoPlan:
+        run: list[PlannedUndo] = []
+        kept: list[PlannedUndo] = []
+        # A rolled back saga's rollback is a no-op; a COMPENSATING one is refused (the engine's).
+        done = (SagaStatus.ROLLED_BACK, SagaStatus.ROLLBACK_FAILED, SagaStatus.COMPENSATING)
+        if saga.status not in done:
+            for step in reversed(saga.steps):
+                if step.state is not StepState.COMPLETED:
+                    continue
+                command = step.metadata.get(UNDO_COMMAND)
+                planned = PlannedUndo(step.id, step.tool_name, str(command or ""), step.input)
+                (run if command else kept).append(planned)
+        return UndoPlan(saga.id, saga.name, self.cwd or os.getcwd(), tuple(run), tuple(kept))
+
+    def undo_plan(self, saga_id: str | None) -> UndoPlan:
+        """What ``rollback(saga_id)`` would run now, to ask a person before it runs."""
+        with self._saga(saga_id) as saga:
+            return self._plan(saga)
+
     def _summary(self, saga: Saga) -> dict[str, Any]:
         found = saga.assess()
         return {
@@ -350,8 +404,19 @@ class LocalBackend:
             {**self._summary(saga), "step": _local_step(step, full=True)},
         )
 
-    def rollback(self, saga_id: str | None) -> Reply:
+    def rollback(self, saga_id: str | None, *, approved: UndoPlan | None = None) -> Reply:
+        """Run the undo commands of the completed steps, newest first.
+
+        ``approved``: the plan a person confirmed. It is compared with the saga under the
+        lock, so a saga changed in between (another server on the same file) runs nothing
+        that was not shown.
+        """
         with self._saga(saga_id) as saga:
+            if approved is not None and self._plan(saga).undos != approved.undos:
+                raise ToolInputError(
+                    "the saga's undo commands changed after the person confirmed them; nothing "
+                    "was run: call saga_rollback again to be asked about the current ones"
+                )
             report = saga.rollback(actor="mcp")
             steps = saga.steps
         return Reply(
@@ -548,21 +613,33 @@ class RemoteBackend:
             f'Rollback of saga "{saga.get("name")}" requested: it is {status}. sagaboard undoes '
             f"the {len(waiting)} completed step(s) newest first, in its workers."
         )
+        queue = f"{self.url}/approvals/"
+        page = self._saga_page(saga)
         if commands:
             ids = ", ".join(f'"{s["stepId"]}" ({s["toolName"]})' for s in commands)
             text += (
                 f" Undo commands always need approval: {ids} wait for an approver in the "
-                f"dashboard ({self.url}/approvals/). Nothing has been undone yet; "
-                "call saga_status to follow it."
+                f"dashboard. Decide there, not in this chat: the approval queue {queue}"
+                + (f" (the saga: {page})" if page else "")
+                + ". Nothing has been undone yet; call saga_status to follow it."
             )
         return Reply(
             text,
             {
                 **self._summary(saga),
                 "awaitingApproval": [s["stepId"] for s in commands],
+                "decideAt": queue if commands else None,
+                "sagaPage": page,
                 "steps": steps,
             },
         )
+
+    def _saga_page(self, saga: Mapping[str, Any]) -> str | None:
+        """The saga's dashboard page (``/sagas/<project>/<id>/``), if the answer names both."""
+        project, sid = saga.get("project"), saga.get("id")
+        if not project or not sid:
+            return None
+        return f"{self.url}/sagas/{quote(str(project), safe='')}/{quote(str(sid), safe='/')}/"
 
     def _get(self, saga_id: str | None) -> dict[str, Any]:
         sid = self._current.resolve(saga_id)

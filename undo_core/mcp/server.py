@@ -13,7 +13,9 @@ Standalone (default)::
 keeps the sagas in a SQLite file (they survive a restart) and, on
 ``saga_rollback``, runs each completed step's ``undoCommand`` newest first
 through ``/bin/sh -c`` in the server's working directory (or ``--cwd``), as the
-seed does, each killed after ``--timeout`` seconds.
+seed does, each killed after ``--timeout`` seconds. Before it runs any, it asks the person in
+the chat to confirm the exact commands (MCP elicitation, ``--confirm-undos``, see
+``confirm.py``); a decline, cancel or no answer runs nothing.
 
 Connected::
 
@@ -45,6 +47,14 @@ except ImportError as err:  # pragma: no cover - mcp missing, or the 1.x API (Fa
     ) from err
 
 from .backends import Backend, LocalBackend, RemoteBackend, Reply, ToolInputError
+from .confirm import (
+    CONFIRM_UNDOS,
+    DEFAULT_CONFIRM_TIMEOUT,
+    DEFAULT_CONFIRM_UNDOS,
+    ConfirmUndos,
+    UndoGate,
+    add_rollback_tool,
+)
 
 __all__ = ["DEFAULT_DB", "build_server", "main"]
 
@@ -126,11 +136,18 @@ _CONNECTED = {
 }
 
 
-def build_server(backend: Backend) -> MCPServer[Any]:
+def build_server(
+    backend: Backend,
+    *,
+    confirm_undos: ConfirmUndos = DEFAULT_CONFIRM_UNDOS,
+    confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT,
+) -> MCPServer[Any]:
     """The MCP server with the seven saga tools, bound to ``backend``.
 
     The tools' descriptions follow the backend's mode: in connected mode the undos run in
-    sagaboard after an approval, not here, and the descriptions say so.
+    sagaboard after an approval, not here, and the descriptions say so. In standalone mode
+    ``confirm_undos`` says whether ``saga_rollback`` asks the person in the chat before it
+    runs undo commands (``undo_core.mcp.confirm``); connected mode ignores it.
     """
     connected = backend.mode == "connected"
     server: MCPServer[Any] = MCPServer(
@@ -173,10 +190,15 @@ def build_server(backend: Backend) -> MCPServer[Any]:
         """Mark a step as failed. The saga stays open: call saga_rollback to undo."""
         return _call("saga_fail_step", lambda: backend.fail_step(sagaId, stepId, error))
 
-    @server.tool(description=about("saga_rollback"))
-    def saga_rollback(sagaId: str | None = None) -> CallToolResult:
-        """Run the undo command of every completed step, in reverse order."""
-        return _call("saga_rollback", lambda: backend.rollback(sagaId))
+    if isinstance(backend, LocalBackend):  # undo commands run here: ask the person first
+        gate = UndoGate(backend, confirm_undos, timeout=confirm_timeout)
+        add_rollback_tool(server, gate, _call)
+    else:  # connected: sagaboard's approval queue decides, never this chat
+
+        @server.tool(description=about("saga_rollback"))
+        def saga_rollback(sagaId: str | None = None) -> CallToolResult:
+            """Run the undo command of every completed step, in reverse order."""
+            return _call("saga_rollback", lambda: backend.rollback(sagaId))
 
     @server.tool(description=about("saga_status"))
     def saga_status(sagaId: str | None = None) -> CallToolResult:
@@ -214,6 +236,26 @@ def _parser() -> argparse.ArgumentParser:
         help="standalone mode: working directory of the undo commands (default: the server's)",
     )
     p.add_argument(
+        "--confirm-undos",
+        choices=CONFIRM_UNDOS,
+        default=os.environ.get("UNDO_MCP_CONFIRM_UNDOS") or DEFAULT_CONFIRM_UNDOS,
+        help="standalone mode: before saga_rollback runs undo commands, "
+        "'elicit' asks the person in the chat (MCP elicitation) to confirm the exact commands, "
+        "and runs nothing on decline, cancel or no answer; a client without elicitation "
+        "cannot ask, and its rollbacks run without asking, as before. "
+        "'never' never asks (runs them at once); 'always-refuse' never runs undo commands "
+        "(the result lists them for a person to run by hand). "
+        "Default %(default)s (or $UNDO_MCP_CONFIRM_UNDOS). Connected mode ignores it: "
+        "sagaboard's approval queue decides there",
+    )
+    p.add_argument(
+        "--confirm-timeout",
+        type=float,
+        default=DEFAULT_CONFIRM_TIMEOUT,
+        help="standalone mode, --confirm-undos elicit: seconds the person has to answer; "
+        "no answer runs nothing (default %(default)s)",
+    )
+    p.add_argument(
         "--url",
         default=os.environ.get("SAGABOARD_URL") or None,
         help="connected mode: sagaboard's base URL (or $SAGABOARD_URL); "
@@ -237,9 +279,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Console script ``undo-mcp``: serve the saga tools over stdio until stdin closes."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout is the MCP stream
+    if args.confirm_undos not in CONFIRM_UNDOS:  # argparse does not check an env default
+        raise SystemExit(
+            f"undo-mcp: --confirm-undos (or $UNDO_MCP_CONFIRM_UNDOS) must be one of "
+            f"{', '.join(CONFIRM_UNDOS)}, got {args.confirm_undos!r}"
+        )
+    if args.confirm_timeout <= 0:
+        raise SystemExit("undo-mcp: --confirm-timeout must be > 0 seconds")
     backend = make_backend(args)
     try:
-        build_server(backend).run("stdio")
+        build_server(
+            backend, confirm_undos=args.confirm_undos, confirm_timeout=args.confirm_timeout
+        ).run("stdio")
     finally:
         backend.close()
 

@@ -63,6 +63,15 @@ will never reach sagaboard: a :class:`SagaboardAPIError` for a refusal (``status
 thread calling ``close()`` for what close could not send); an exception it raises
 is logged and ignored.
 
+**Rollbacks people ask for.** sagaboard's answer to a batch lists the pending
+rollback requests of the sagas in it (``rollback_requested``), and while the
+queue is idle (a long step) the sender asks for them every ``rollback_poll``
+seconds (``None``: never) as long as a saga it mirrors is IN_PROGRESS. What it
+hears is kept in memory; the engine asks :meth:`SagaboardStore.rollback_requested`
+at each step boundary, rolls the saga back and raises
+:class:`~undo_core.RollbackRequestedError`. sagaboard sees the saga go
+COMPENSATING and marks the request carried out.
+
 Leases: the server keeps no leases for mirrored sagas, so ``acquire_lease`` /
 ``release_lease`` work in this process only (a dict under a lock, with
 MemoryStore's compare-and-set). To recover a saga after its process died, keep
@@ -90,7 +99,8 @@ import httpx
 from ..errors import LeaseError, SerializationError, StoreError
 from ..records import SagaRecord, SagaSnapshot
 from ..serialize import value_problem
-from ..storage import SagaChange
+from ..states import SagaStatus
+from ..storage import RollbackRequest, SagaChange
 from ._client import SagaboardClient, retry_after
 from ._errors import SagaboardAPIError, api_error
 from ._queue import Item, MemoryQueue, Outbox, SpoolQueue
@@ -104,6 +114,7 @@ ErrorHook = Callable[[dict[str, Any], StoreError], None]
 """``on_error(event, error)``: called once for each event sagaboard will never get (module doc)."""
 
 _EVENTS_PATH = "/api/v1/events"
+_REQUESTS_PATH = "/api/v1/rollback-requests"
 _MAX_BATCH_BYTES = 900_000  # under the server's default SAGABOARD_API_MAX_BODY (1 MiB)
 _BASE_BACKOFF = 0.1
 _MAX_RETRY_AFTER = 300.0
@@ -157,6 +168,7 @@ class SagaboardStore:
         transport: httpx.BaseTransport | None = None,
         on_error: ErrorHook | None = None,
         block_timeout: float = 2.0,
+        rollback_poll: float | None = 2.0,
     ) -> None:
         if batch_size < 1 or max_queue < 1:
             raise ValueError("batch_size and max_queue must be at least 1")
@@ -182,6 +194,10 @@ class SagaboardStore:
         self._flushing = 0
         self._outage = False
         self._leases: dict[str, _Lease] = {}
+        self._rollback_requests: dict[str, RollbackRequest] = {}
+        self._running: set[str] = set()  # sagas IN_PROGRESS here: asked about while idle
+        self._rollback_poll = rollback_poll
+        self._last_heard = time.monotonic()
         self._counts = {
             "sent": 0,
             "retried": 0,
@@ -222,6 +238,11 @@ class SagaboardStore:
                 self._counts["spooled"] += 1
             r = change.saga
             self._leases[r.id] = _Lease(r.lease_owner, r.lease_expires_at, r.seq)
+            if r.status is SagaStatus.IN_PROGRESS:
+                self._running.add(r.id)
+            else:
+                self._running.discard(r.id)
+                self._rollback_requests.pop(r.id, None)
             waiting = len(self._queue)
             if waiting == 1 or waiting >= self._batch_size:
                 self._cond.notify_all()  # the sender is idle, or its batch is full
@@ -499,7 +520,14 @@ class SagaboardStore:
         while True:
             with self._cond:
                 while not self._stopping and len(self._queue) == 0 and not self._reports:
-                    self._cond.wait(_IDLE_WAIT)
+                    if self._poll_due():
+                        self._cond.release()  # asked without the lock: apply() never waits
+                        try:
+                            self._poll_requests()
+                        finally:
+                            self._cond.acquire()
+                        continue
+                    self._cond.wait(self._idle_wait())
                 if self._stopping:
                     return None
             if not self._hand_over_reports():
@@ -577,6 +605,7 @@ class SagaboardStore:
                 return
             answer = self._post(items)
             if answer.kind == "ok":
+                self._hear(answer.response)
                 self._resolve(items[-1].number, sent=len(items))
                 return
             if answer.kind == "bad":
@@ -592,6 +621,56 @@ class SagaboardStore:
             if grow:  # same head, maybe more behind it now: order is unchanged
                 with self._cond:
                     items = self._queue.peek(self._batch_size, _MAX_BATCH_BYTES) or items
+
+    def _hear(self, response: httpx.Response | None) -> None:
+        """Keep the rollbacks people asked for, as sagaboard's answer lists them."""
+        self._last_heard = time.monotonic()
+        if response is None or b'"rollback_requested"' not in response.content:
+            return  # the common answer: nothing asked (and no JSON parse)
+        try:
+            asked = response.json().get("rollback_requested") or []
+            heard = {
+                str(r["saga_id"]): RollbackRequest(
+                    by=str(r.get("by") or "an operator"),
+                    reason=str(r.get("reason") or ""),
+                    at=_when(r.get("at")),
+                )
+                for r in asked
+            }
+        except (ValueError, TypeError, KeyError, AttributeError) as err:
+            log.warning("sagaboard at %s: unreadable rollback requests: %r", self.url, err)
+            return
+        with self._cond:  # only sagas still running here (an ended one has nothing to stop)
+            self._rollback_requests.update(
+                (sid, r) for sid, r in heard.items() if sid in self._running
+            )
+
+    def _poll_due(self) -> bool:
+        poll = self._rollback_poll
+        return bool(poll and self._running and time.monotonic() - self._last_heard >= poll)
+
+    def _idle_wait(self) -> float:
+        poll = self._rollback_poll
+        return min(_IDLE_WAIT, poll) if poll and self._running else _IDLE_WAIT
+
+    def _poll_requests(self) -> None:
+        """While idle (a long step), ask sagaboard for rollback requests of running sagas."""
+        self._last_heard = time.monotonic()
+        try:
+            response = self._http.get(_REQUESTS_PATH)
+        except httpx.TransportError:
+            return  # an outage: the next answer or poll will tell
+        if response.status_code == 200:
+            self._hear(response)
+
+    def rollback_requested(self, saga_id: str) -> RollbackRequest | None:
+        """A person's request (on sagaboard) to roll back ``saga_id``, once heard; else ``None``.
+
+        Heard in sagaboard's answers to the events this store sends, so without a
+        network call: the engine asks at every step boundary and, on a request,
+        rolls the saga back and raises :class:`~undo_core.RollbackRequestedError`.
+        """
+        return self._rollback_requests.get(saga_id)
 
     def _post(self, items: list[Item]) -> _Answer:
         body = '{"events":[' + ",".join(item.payload for item in items) + "]}"
@@ -697,6 +776,13 @@ class SagaboardStore:
         if rest > 0 and self._hurry.wait(rest):
             self._hurry.clear()
         return not self._stopping
+
+
+def _when(text: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
 
 
 def _event_of(payload: str) -> dict[str, Any]:

@@ -303,3 +303,44 @@ def test_a_list_page_costs_the_same_queries_whatever_the_size(
     assert queries_for_a_page() == small
     with django_assert_max_num_queries(small):
         api.get("/sagas", limit=50)
+
+
+def test_an_operators_rollback_request_is_in_the_answer_to_the_agents_next_events(
+    api: Any, project: Project
+) -> None:
+    from sagaboard.domain import saga_stop
+    from tests.support.hitl import person
+
+    events = storebot_events("stop-1")
+    first = [e for e in events if e["saga"]["status"] == "IN_PROGRESS"][:2]
+    answer = api.post("/events", {"events": first[:1]}).json()
+    assert "rollback_requested" not in answer  # nothing asked: the plain answer
+    saga = Saga.objects.get(saga_id="stop-1")
+    ann = person("ann", "operator", project)
+    saga_stop.rollback_request(saga_pk=saga.pk, user=ann, reason="wrong customer")
+    answer = api.post("/events", {"events": first[1:2]}).json()
+    assert answer["rollback_requested"] == [
+        {"saga_id": "stop-1", "by": "user:ann", "reason": "wrong customer",
+         "at": answer["rollback_requested"][0]["at"]},
+    ]  # fmt: skip
+    listed = api.get("/rollback-requests").json()["rollback_requested"]
+    assert [r["saga_id"] for r in listed] == ["stop-1"]
+    rest = events[2:]  # the agent's rollback: the saga leaves IN_PROGRESS, the request closes
+    assert api.post("/events", {"events": rest}).status_code == 200
+    assert api.get("/rollback-requests").json() == {"rollback_requested": []}
+    saga.refresh_from_db()
+    assert saga.rollback_request_done_at is not None
+
+
+def test_the_rollback_requests_of_another_project_are_not_listed(
+    api: Any, project: Project, client: Client
+) -> None:
+    from sagaboard.domain import saga_stop
+    from tests.support.hitl import person
+
+    api.post("/events", {"events": storebot_events("stop-2")[:1]})
+    saga = Saga.objects.get(saga_id="stop-2")
+    saga_stop.rollback_request(saga_pk=saga.pk, user=person("ann", "operator", project), reason="x")
+    other = Project.objects.create(slug="other", name="Other")
+    elsewhere = token_create(project=other, label="x").secret
+    assert api.get("/rollback-requests", auth=elsewhere).json() == {"rollback_requested": []}

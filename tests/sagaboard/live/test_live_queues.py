@@ -38,6 +38,14 @@ async def world() -> AsyncIterator[dict[str, Any]]:
     stop_all()
 
 
+async def watching(view: str, cookie: str) -> Any:
+    """A connected feed of ``view`` (``queue=1``...), from the log's end as a page would be."""
+    comm = feed(f"{view}&after={await database_sync_to_async(last_event_id)()}", cookie)
+    connected, _ = await comm.connect()
+    assert connected
+    return comm
+
+
 @database_sync_to_async
 def worker_reaches_an_approval(shop: Project, saga_id: str, **options: Any) -> Approval | None:
     saga = storebot_server_saga(shop, saga_id, **options)
@@ -46,9 +54,7 @@ def worker_reaches_an_approval(shop: Project, saga_id: str, **options: Any) -> A
 
 
 async def test_a_new_approval_appears_and_a_decision_removes_it(world: dict[str, Any]) -> None:
-    comm = feed(f"queue=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"])
-    connected, _ = await comm.connect()
-    assert connected
+    comm = await watching("queue=1", world["cookie"])
     approval = await worker_reaches_an_approval(world["shop"], "s-1")
     assert approval is not None
     text = await received(comm, rf'id="approval-{approval.pk}"')
@@ -65,11 +71,7 @@ async def test_a_new_approval_appears_and_a_decision_removes_it(world: dict[str,
 
 
 async def test_failed_undos_reach_the_attention_page_live(world: dict[str, Any]) -> None:
-    comm = feed(
-        f"attention=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"]
-    )
-    connected, _ = await comm.connect()
-    assert connected
+    comm = await watching("attention=1", world["cookie"])
     await worker_reaches_an_approval(
         world["shop"], "f-1", refund_needs_approval=False, return_fails_first=3
     )
@@ -85,11 +87,7 @@ async def test_the_overview_shows_a_new_failure_live_with_fresh_counts(
     from sagaboard.selectors import overview
 
     await database_sync_to_async(overview.status_counts)([world["shop"]])
-    comm = feed(
-        f"overview=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"]
-    )
-    connected, _ = await comm.connect()
-    assert connected
+    comm = await watching("overview=1", world["cookie"])
     await worker_reaches_an_approval(
         world["shop"], "f-2", refund_needs_approval=False, return_fails_first=3
     )
@@ -107,11 +105,7 @@ async def test_the_overview_shows_a_new_failure_live_with_fresh_counts(
 async def test_a_burst_of_events_reaches_the_overview_as_a_few_sends(
     world: dict[str, Any],
 ) -> None:
-    comm = feed(
-        f"overview=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"]
-    )
-    connected, _ = await comm.connect()
-    assert connected
+    comm = await watching("overview=1", world["cookie"])
     before = await database_sync_to_async(last_event_id)()
     for n in range(5):
         await run_saga(world["shop"], f"burst-{n}")

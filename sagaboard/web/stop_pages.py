@@ -1,0 +1,37 @@
+"""Stop a running saga from its page: an operator asks for its rollback (``domain.saga_stop``).
+
+Thin: posts to the service and goes back to the saga page with what happens next as a
+message; a refusal is a page with the service's status and message, nothing changed.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from sagaboard.domain import saga_stop
+from sagaboard.errors import ServiceError
+from sagaboard.web.note_pages import _refused
+
+
+@login_required
+@require_POST
+def saga_rollback_request(request: HttpRequest, saga_pk: int) -> HttpResponse:
+    try:
+        saga = saga_stop.rollback_request(
+            saga_pk=saga_pk, user=request.user, reason=request.POST.get("reason", "")
+        )
+    except ServiceError as err:
+        return _refused(request, err)
+    if saga.agent_driven:
+        messages.success(
+            request, "Rollback requested: the agent rolls back at its next step boundary."
+        )
+    else:
+        messages.success(request, "Rollback requested: a worker is rolling the saga back.")
+    url = reverse("saga_detail", args=[saga.project.slug, saga.saga_id])
+    return redirect(f"{url}#stop")
