@@ -187,7 +187,8 @@ def mcp_options() -> str:
     for action in server._parser()._actions:
         if not action.option_strings or "--help" in action.option_strings:
             continue
-        metavar = action.metavar or action.dest.upper()
+        choices = "{" + ",".join(action.choices) + "}" if action.choices else None
+        metavar = action.metavar or choices or action.dest.upper()
         flags = ", ".join(f"`{flag} {metavar}`" for flag in action.option_strings)
         default = server.DEFAULT_DB if action.dest == "db" else action.default  # not $UNDO_MCP_DB
         text = (action.help or "").replace("%(default)s", str(default))
