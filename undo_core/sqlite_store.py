@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import LeaseError, StoreError
+from .paths import ensure_file_folder
 from .record_json import record_from_json, record_json, time_text
 from .records import EventKind, SagaRecord, SagaSnapshot, StepSnapshot
 from .rules import MOVABLE
@@ -123,6 +124,7 @@ class SQLiteStore:
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
         self.path = str(path)
         self._lock = threading.RLock()
+        ensure_file_folder(path, "the SQLite store", "SQLiteStore(path)", "sagas.sqlite3")
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False

@@ -380,7 +380,7 @@ def test_a_spool_path_that_cannot_be_a_file_is_refused_naming_it_and_what_to_do(
         make_store(spool=blocker / "spool.db")
     message = str(refused.value)
     assert repr(str(blocker)) in message and repr(str(blocker / "spool.db")) in message
-    assert "create it, or pass a spool= path" in message
+    assert "create it, or pass another path (spool=)" in message
 
 
 def test_events_left_in_the_spool_are_sent_first_by_the_next_store(

@@ -451,3 +451,19 @@ def test_two_sqlite_stores_on_one_file_see_each_others_writes(sqlite_path: Path)
         with pytest.raises(LeaseError):
             saga.execute(Ledger().tool("y"), 2)
         assert [s.id for s in loaded(two, saga.id).steps] == ["step-1"]
+
+
+def test_a_sqlite_store_in_a_folder_that_does_not_exist_yet_gets_its_folder(
+    tmp_path: Path,
+) -> None:
+    from undo_core import SQLiteStore, StoreError
+
+    store = SQLiteStore(tmp_path / "var" / "agent-sagas.sqlite3")  # the README's path
+    store.close()
+    assert (tmp_path / "var" / "agent-sagas.sqlite3").is_file()
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file where the folder should be")
+    with pytest.raises(StoreError, match=r"cannot create the folder .*notes\.txt"):
+        SQLiteStore(blocker / "sagas.sqlite3")
+    with pytest.raises(StoreError, match="is a folder: give a file path inside it"):
+        SQLiteStore(tmp_path)

@@ -14,13 +14,13 @@ one comparison with the number at the head of the queue.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections import deque
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from ..errors import StoreError
+from ..paths import ensure_file_folder
 
 __all__ = ["Item", "MemoryQueue", "Outbox", "SpoolQueue"]
 
@@ -107,32 +107,6 @@ CREATE TABLE IF NOT EXISTS sagaboard_spool (
 """
 
 
-def _spool_folder(path: Path) -> None:
-    """Make the spool's folder if it is missing (``var/`` in a fresh project), or say
-    exactly what is wrong with the path and what to do: sqlite3's "unable to open
-    database file" names neither."""
-    if path.is_dir():
-        raise StoreError(
-            f"the sagaboard spool {str(path)!r} is a folder: give a file path inside it, "
-            f"such as spool={str(path / 'sagaboard.spool')!r}"
-        )
-    folder = path.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise StoreError(
-            f"cannot create the folder {str(folder)!r} for the sagaboard spool "
-            f"{str(path)!r}: {err.strerror or err}; create it, or pass a spool= path in a "
-            "folder this process may write"
-        ) from err
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise StoreError(
-            f"cannot write in the folder {str(folder)!r} of the sagaboard spool "
-            f"{str(path)!r}: permission denied; make it writable, or pass a spool= path in a "
-            "folder this process may write"
-        )
-
-
 class SpoolQueue:
     """Events in a SQLite file until acknowledged; bounded by the disk, not by memory.
 
@@ -143,7 +117,7 @@ class SpoolQueue:
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
-        _spool_folder(Path(path))
+        ensure_file_folder(path, "the sagaboard spool", "spool=", "sagaboard.spool")
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=10.0, isolation_level=None, check_same_thread=False
