@@ -24,8 +24,6 @@ without it the figure is left out.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -54,30 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--items", type=int, default=0, help="items per batch (default 10,000)")
     parser.add_argument("--no-worker", action="store_true", help="skip the real worker run")
     args = parser.parse_args(argv)  # fmt: skip
-    kinds = args.db or (["sqlite"] if args.quick else ["sqlite", "postgres"])
-    if len(kinds) == 1:
-        figures = measure_database(kinds[0], args)
-    else:  # Django is set up once per process: one child process per database
-        figures = []
-        for kind in kinds:
-            figures += _child(kind, argv if argv is not None else sys.argv[1:])
+    figures = report.per_database("benchmarks.batch", args, argv, measure_database, timeout=3000)
     report.emit(figures, args.json)
-
-
-def _child(kind: str, argv: list[str]) -> list[report.Figure]:
-    rest, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in ("--json", "--db"):
-            skip = True
-        elif not arg.startswith(("--json=", "--db=")):
-            rest.append(arg)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "figures.json"
-        cmd = [sys.executable, "-m", "benchmarks.batch", "--db", kind, "--json", str(out)]
-        subprocess.run([*cmd, *rest], check=True, timeout=3000)
-        return report.load(out)
 
 
 def measure_database(kind: str, args: Any) -> list[report.Figure]:

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -101,30 +99,8 @@ def main(argv: list[str] | None = None) -> None:
         help="seconds one database's fill may take in all (default 240)",
     )
     args = parser.parse_args(argv)
-    kinds = args.db or (["sqlite"] if args.quick else ["sqlite", "postgres"])
-    if len(kinds) == 1:
-        figures = measure_database(kinds[0], args)
-    else:  # Django is set up once per process: one child process per database.
-        figures = []
-        for kind in kinds:
-            figures += _child(kind, argv if argv is not None else sys.argv[1:])
+    figures = report.per_database("benchmarks.pages", args, argv, measure_database, timeout=1200)
     report.emit(figures, args.json)
-
-
-def _child(kind: str, argv: list[str]) -> list[report.Figure]:
-    rest, skip = [], False
-    for arg in argv:  # drop the parent's --json and --db: the child gets its own
-        if skip:
-            skip = False
-        elif arg in ("--json", "--db"):
-            skip = True
-        elif not arg.startswith(("--json=", "--db=")):
-            rest.append(arg)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "figures.json"
-        cmd = [sys.executable, "-m", "benchmarks.pages", "--db", kind, "--json", str(out), *rest]
-        subprocess.run(cmd, check=True, timeout=1200)
-        return report.load(out)
 
 
 def measure_database(kind: str, args: Any) -> list[report.Figure]:

@@ -18,6 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -129,3 +133,42 @@ def emit(figures: list[Figure], json_path: Path | None) -> None:
 
 def load(path: Path) -> list[Figure]:
     return [Figure.from_dict(d) for d in json.loads(path.read_text())]
+
+
+def per_database(
+    module: str,
+    args: argparse.Namespace,
+    argv: list[str] | None,
+    measure: Callable[[str, argparse.Namespace], list[Figure]],
+    *,
+    timeout: float,
+) -> list[Figure]:
+    """Measure on each database ``args.db`` names (default both; SQLite only with --quick).
+
+    Django is set up once per process, so with two databases each runs in a child
+    process of ``module`` (``--db`` the one, ``--json`` a file read back here) with the
+    rest of the command line.
+    """
+    kinds = args.db or (["sqlite"] if args.quick else ["sqlite", "postgres"])
+    if len(kinds) == 1:
+        return measure(kinds[0], args)
+    figures: list[Figure] = []
+    for kind in kinds:
+        figures += _child(module, kind, argv if argv is not None else sys.argv[1:], timeout)
+    return figures
+
+
+def _child(module: str, kind: str, argv: list[str], timeout: float) -> list[Figure]:
+    rest, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--json", "--db"):
+            skip = True
+        elif not arg.startswith(("--json=", "--db=")):
+            rest.append(arg)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "figures.json"
+        cmd = [sys.executable, "-m", module, "--db", kind, "--json", str(out), *rest]
+        subprocess.run(cmd, check=True, timeout=timeout)
+        return load(out)

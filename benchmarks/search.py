@@ -22,8 +22,6 @@ the step searches must read the FTS5 table (SQLite) or the GIN indexes (PostgreS
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -84,30 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fill-budget", type=float, default=600.0)
     parser.add_argument("--explain", action="store_true", help="print plans at every size")
     args = parser.parse_args(argv)
-    kinds = args.db or (["sqlite"] if args.quick else ["sqlite", "postgres"])
-    if len(kinds) == 1:
-        figures = measure_database(kinds[0], args)
-    else:  # Django is set up once per process: one child process per database.
-        figures = []
-        for kind in kinds:
-            figures += _child(kind, argv if argv is not None else sys.argv[1:])
+    figures = report.per_database("benchmarks.search", args, argv, measure_database, timeout=3600)
     report.emit(figures, args.json)
-
-
-def _child(kind: str, argv: list[str]) -> list[report.Figure]:
-    rest, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in ("--json", "--db"):
-            skip = True
-        elif not arg.startswith(("--json=", "--db=")):
-            rest.append(arg)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "figures.json"
-        cmd = [sys.executable, "-m", "benchmarks.search", "--db", kind, "--json", str(out), *rest]
-        subprocess.run(cmd, check=True, timeout=3600)
-        return report.load(out)
 
 
 def measure_database(kind: str, args: Any) -> list[report.Figure]:

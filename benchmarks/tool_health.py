@@ -17,8 +17,6 @@ over eight tools, the newest from the last hours) to 1,000,000 stored steps
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 import time
 import tracemalloc
@@ -47,30 +45,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=0, help="stored steps (default 1M)")
     parser.add_argument("--requests", type=int, default=0, help="requests per sample")
     args = parser.parse_args(argv)
-    kinds = args.db or (["sqlite"] if args.quick else ["sqlite", "postgres"])
-    if len(kinds) == 1:
-        figures = measure_database(kinds[0], args)
-    else:  # Django is set up once per process: one child process per database
-        figures = []
-        for kind in kinds:
-            figures += _child(kind, argv if argv is not None else sys.argv[1:])
+    figures = report.per_database(
+        "benchmarks.tool_health", args, argv, measure_database, timeout=1500
+    )
     report.emit(figures, args.json)
-
-
-def _child(kind: str, argv: list[str]) -> list[report.Figure]:
-    rest, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in ("--json", "--db"):
-            skip = True
-        elif not arg.startswith(("--json=", "--db=")):
-            rest.append(arg)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "figures.json"
-        cmd = [sys.executable, "-m", "benchmarks.tool_health", "--db", kind, "--json", str(out)]
-        subprocess.run([*cmd, *rest], check=True, timeout=1500)
-        return report.load(out)
 
 
 def measure_database(kind: str, args: Any) -> list[report.Figure]:

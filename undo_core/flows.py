@@ -41,7 +41,7 @@ from .gates import (
 )
 from .ledger import SAVED, Ledger, Recorded
 from .records import AttemptOutcome, CompensationAttempt, StepSnapshot
-from .reports import RollbackReport, rollback_error
+from .reports import RollbackReport, rollback_error, rollback_fields
 from .states import SETTLED_STEP_STATES, SagaStatus, StepState, check_step_transition
 from .steps import StepRow, describe
 from .storage import RollbackRequest
@@ -313,8 +313,6 @@ class Flows:
         )
         if run.unsaved is not None:
             message += f" Some of this could not be saved to the store: {run.unsaved}"
-        comp_error, comp_step = run.undo_failure if run.undo_failure is not None else (None, None)
-        report = run.report
         raise RollbackRequestedError(
             message,
             requested_by=request.by,
@@ -322,14 +320,7 @@ class Flows:
             saga_id=record.id,
             saga_name=record.name,
             status=record.status,
-            compensation_cause=comp_error,
-            failed_comp_step_name=comp_step.tool_name if comp_step else None,
-            failed_comp_step=comp_step.id if comp_step else None,
-            rolled_back=report.rolled_back,
-            failed=report.failed,
-            skipped=report.skipped,
-            rejected=report.rejected,
-            unresolved=report.unresolved,
+            **rollback_fields(run.report, run.undo_failure),
         )
 
     # ------------------------------------------------------------ rollback

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import SagaRollbackError
 from .records import SagaRecord
 from .states import SagaStatus
 from .steps import StepRow
 
-__all__ = ["RollbackReport", "rollback_error", "rollback_message"]
+__all__ = ["RollbackReport", "rollback_error", "rollback_fields", "rollback_message"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +93,6 @@ def rollback_error(
     message = rollback_message(steps, report, failed)
     if unsaved is not None and str(unsaved) != str(cause):
         message += f" Some of this could not be saved to the store: {unsaved}"
-    comp_error, comp_step = undo_failure if undo_failure is not None else (None, None)
     return SagaRollbackError(
         message,
         saga_id=saga.id,
@@ -101,12 +101,23 @@ def rollback_error(
         cause=cause,
         failed_step=failed.id,
         failed_step_name=failed.tool_name,
-        compensation_cause=comp_error,
-        failed_comp_step_name=comp_step.tool_name if comp_step else None,
-        failed_comp_step=comp_step.id if comp_step else None,
-        rolled_back=report.rolled_back,
-        failed=report.failed,
-        skipped=report.skipped,
-        rejected=report.rejected,
-        unresolved=report.unresolved,
+        **rollback_fields(report, undo_failure),
     )
+
+
+def rollback_fields(
+    report: RollbackReport, undo_failure: tuple[BaseException, StepRow] | None
+) -> dict[str, Any]:
+    """What every rollback error says of its rollback: the first failed undo, and where
+    each step ended (``SagaRollbackError`` and its subclasses take these keywords)."""
+    comp_error, comp_step = undo_failure if undo_failure is not None else (None, None)
+    return {
+        "compensation_cause": comp_error,
+        "failed_comp_step_name": comp_step.tool_name if comp_step else None,
+        "failed_comp_step": comp_step.id if comp_step else None,
+        "rolled_back": report.rolled_back,
+        "failed": report.failed,
+        "skipped": report.skipped,
+        "rejected": report.rejected,
+        "unresolved": report.unresolved,
+    }

@@ -230,6 +230,9 @@ def test_a_generated_client_drives_every_operation_and_parses_every_answer(
         body=m.SagaActionIn(event_id="g-complete"),
     )  # fmt: skip
     assert completed.status is m.SagaStatus.COMPLETED
+    # Nobody asked to stop a saga of this project: the agent's poll hears nothing.
+    asked = api.call("sagaboard_api_list_rollback_requests", 200, "RollbackRequestsOut")
+    assert asked.rollback_requested == []
 
     assert api.called == set(api.operations), set(api.operations) - api.called
 
