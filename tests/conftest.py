@@ -67,12 +67,14 @@ def _rate_limit_counts_start_at_zero() -> None:
 @pytest.fixture
 def record_verified(request: pytest.FixtureRequest) -> Any:
     """After the test, every saga's event log replays to exactly its stored record
-    (``manage.py sagaboard_verify``'s check): used by the modules that ingest events.
+    (``manage.py sagaboard_verify``'s check) and the audit log's hash chains are
+    unbroken (``--audit``): used by the modules that ingest events.
 
     A test that rewrites stored fields behind the log on purpose (to set up a changed
     undo plan) names them with ``@pytest.mark.record_rewritten("step.undo")``: those
     differences are expected, any other still fails it."""
     yield
+    from sagaboard.domain.audit_chain import verify_audit
     from sagaboard.domain.verify import (
         verify,  # here, as above: the Django-free suites share this file
     )
@@ -82,6 +84,8 @@ def record_verified(request: pytest.FixtureRequest) -> Any:
     report = verify()
     wrong = [d for d in report.differences if d.field not in allowed]
     assert not wrong, "the record differs from its event log:\n" + "\n".join(map(str, wrong))
+    audit = verify_audit()
+    assert audit.ok, "the audit log's chain is broken:\n" + "\n".join(map(str, audit.breaks))
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from sagaboard.models.fields import (
 )
 from sagaboard.models.notes import NOTE_MAX, Note, NoteRevision
 from sagaboard.models.projects import ApiRequest, ApiToken, Project
-from sagaboard.models.records import AuditEntry, Heartbeat, Notification
+from sagaboard.models.records import AuditChain, AuditEntry, Heartbeat, Notification
 from sagaboard.models.sagas import OPERATOR_STATES, CompensationAttempt, Event, Saga, Step
 from sagaboard.models.saved_views import SavedView
 from sagaboard.models.tool_health import ToolRollup, ToolRollupCursor, ToolRollupMark
@@ -34,6 +34,7 @@ __all__ = [
     "ApprovalPolicy",
     "ApprovalStatus",
     "ApprovalVote",
+    "AuditChain",
     "AuditEntry",
     "BatchItem",
     "BatchJob",

@@ -17,6 +17,7 @@ from sagaboard.models import (
     Approval,
     ApprovalPolicy,
     ApprovalVote,
+    AuditChain,
     AuditEntry,
     BatchItem,
     BatchJob,
@@ -106,9 +107,14 @@ class EventAdmin(ReadOnlyAdmin):
 
 @admin.register(AuditEntry)
 class AuditEntryAdmin(ReadOnlyAdmin):
-    list_display = ["at", "actor", "action", "target", "reason"]
+    list_display = ["at", "actor", "action", "target", "reason", "chain", "seq"]
     list_filter = ["action"]
     search_fields = ["actor", "target", "reason"]
+
+
+@admin.register(AuditChain)
+class AuditChainAdmin(ReadOnlyAdmin):
+    list_display = ["key", "seq", "head"]
 
 
 @admin.register(ApiRequest)

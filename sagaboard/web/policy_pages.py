@@ -15,6 +15,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from sagaboard.domain.audit_chain import chains_checked
 from sagaboard.domain.policies import PolicyInvalid, policy_save
 from sagaboard.infra.limits import BIGINT
 from sagaboard.models import ApprovalPolicy, AuditEntry, Project
@@ -119,8 +120,9 @@ def audit(request: HttpRequest) -> HttpResponse:
     """Who did what, when and why; filter by user, action and time; ``?format=csv`` exports."""
     if not request.user.has_perm("sagaboard.view_auditentry"):
         return _forbidden(request, "admin")
+    projects = visible.projects_for_user(request.user)
     try:
-        rows = _audit_rows(request, visible.projects_for_user(request.user))
+        rows = _audit_rows(request, projects)
     except BadRequest as bad:  # the message names the field
         return HttpResponseBadRequest(str(bad), content_type="text/plain; charset=utf-8")
     if request.GET.get("format") == "csv":
@@ -130,7 +132,9 @@ def audit(request: HttpRequest) -> HttpResponse:
     query = request.GET.copy()
     query["format"] = "csv"
     entries = list(rows[:AUDIT_PAGE])
+    chains = [p.pk for p in projects] + ([0] if request.user.is_superuser else [])
     context = {
+        "chains": chains_checked(chains),
         "entries": entries,
         "limit": AUDIT_PAGE,
         "truncated": len(entries) == AUDIT_PAGE,  # maybe more: the page says how to see them

@@ -58,6 +58,7 @@ KINDS: dict[str, Kind] = {
     "confirmed": Kind("confirmed", SERVER),
     "finished": Kind("finished", SERVER),
     "heartbeat": Kind("last progress", SERVER),
+    "verified": Kind("fully verified", SERVER),
     "item-done": Kind("done", SERVER),
 }
 

@@ -127,3 +127,29 @@ def test_the_database_takes_every_value_of_the_enum(
 ) -> None:
     obj = rows[row]
     assert type(obj).objects.filter(pk=obj.pk).update(**{field: value}) == 1
+
+
+OLD_AUDIT = (
+    "from django.db import connection; c = connection.cursor(); "
+    "c.execute(\"INSERT INTO sagaboard_project (slug, name, created_at) VALUES ('shop', 'Shop', "
+    '\'2026-01-01 00:00:00+00:00\')"); c.execute("SELECT id FROM sagaboard_project"); '
+    "p = c.fetchone()[0]; "
+    '[c.execute("INSERT INTO sagaboard_auditentry (project_id, actor, action, target, reason, '
+    "data, at) VALUES (%s, 'user:ann', 'policy.update', '', %s, '{\\\"n\\\": 1}', %s)\", "
+    "[pk, f'why {n}', f'2026-01-0{n} 12:00:00.12345{n}+00:00']) "
+    "for n, pk in enumerate([p, p, None, p], start=1)]"
+)
+
+
+@pytest.mark.slow  # migrates a fresh database in a subprocess
+def test_entries_written_before_the_audit_chain_are_chained_by_its_migration(
+    tmp_path: Path,
+) -> None:
+    with temp_database(KIND, tmp_path) as url:
+        manage(url, "migrate", "--no-input", "-v0", "sagaboard", "0019_batch_jobs")
+        manage(url, "shell", "-c", OLD_AUDIT)
+        manage(url, "migrate", "--no-input", "-v0")
+        out = manage(url, "sagaboard_verify", "--audit")
+    assert "audit chain shop: 3 entries verified" in out
+    assert "audit chain (no project): 1 entry verified" in out
+    assert out.endswith("2 audit chain(s), 4 entries verified: 0 break(s)")

@@ -7,6 +7,7 @@ import io
 from typing import Any
 
 import pytest
+from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -221,6 +222,25 @@ def test_the_audit_page_filters_and_exports_csv(shop: Project) -> None:
     assert rows[1][2:4] == ["user:ann", "approval.approve"]
     assert rows[1][5] == "'=1+1"  # a formula is not run by a spreadsheet
     assert login("approver", shop, "zed").get("/audit/").status_code == 403
+
+
+def test_the_audit_page_shows_each_chain_verifies_and_where_one_breaks(shop: Project) -> None:
+    approval = waiting(shop)
+    login("approver", shop, "ann").post(
+        f"/approvals/{approval.pk}/decide/", {"decision": "approve", "reason": "ok"}
+    )
+    admin = login("admin", shop)
+    page = admin.get("/audit/").content.decode()
+    assert "shop: the chain verifies" in page and "fully verified" in page
+    entry = AuditEntry.objects.filter(project=shop, action="approval.approve").get()
+    with connection.cursor() as cursor:  # an intruder with database access
+        cursor.execute(
+            "UPDATE sagaboard_auditentry SET reason = 'nothing to see' WHERE id = %s", [entry.pk]
+        )
+    cache.clear()  # the page's next whole-chain check (every few minutes) comes now
+    page = admin.get("/audit/").content.decode()
+    assert "shop: the chain is broken" in page
+    assert f"#{entry.pk}</a> (number {entry.seq}): altered" in page
 
 
 def test_anonymous_users_reach_none_of_the_work_pages(client: Any) -> None:
