@@ -94,7 +94,7 @@ test-sqlite: install
 # The second run takes what touches a database (Django, live servers): the engine's, the
 # SDK's and the adapters' tests never do, and ran once already.
 # Of the demos and the MCP server, only the tests with a live sagaboard touch a database.
-DATABASE_TESTS := tests/sagaboard tests/security tests/e2e tests/topology \
+DATABASE_TESTS := tests/sagaboard tests/security tests/e2e tests/topology tests/faults \
 	tests/demos/test_demos.py::test_storebot_with_url_shows_up_rolled_back_on_a_live_sagaboard \
 	tests/mcp/test_mcp_connected.py
 
