@@ -278,9 +278,13 @@ if REDIS_URL:
     # add up across web processes, or each process would allow the limit again.
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            # Redis's RedisCache, with this process's memory standing in while Redis is
+            # away (sagaboard/infra/fallback_cache.py): no 500 for a cache outage.
+            "BACKEND": "sagaboard.infra.fallback_cache.FallbackRedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": SAGABOARD_REDIS_PREFIX,
+            # A Redis that hangs (not refusing) fails over in seconds, not a request's life.
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 2},
         }
     }
 

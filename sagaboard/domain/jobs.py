@@ -7,16 +7,25 @@ services never import tasks.
 
 Everything is enqueued when the current transaction commits, so a change that is
 rolled back never reaches a worker, and a worker never reads a row before it exists.
+The database is the outbox: what a task would do is already recorded (an approved
+undo, a retry asked for, a stop request, an undelivered notification), and the beat's
+sweep queues it again when nothing has taken it up. So a broker that is down when the
+change commits loses nothing: the request still succeeds (the change *was* made),
+a warning is logged, and the sweep queues the work once the broker is back.
 The names are stable across releases: messages already on a broker at an upgrade
 still find their task.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import current_app
 from django.db import transaction
+from kombu.exceptions import OperationalError as BrokerUnavailable
+
+log = logging.getLogger("sagaboard.domain.jobs")
 
 ROLLBACK_CONTINUE = "sagaboard.tasks.rollback_continue"
 STEP_ACTION_RUN = "sagaboard.tasks.step_action_run"
@@ -60,4 +69,15 @@ def enqueue_now(name: str, *args: Any, countdown: float | None = None) -> None:
 
 
 def _on_commit(name: str, *args: Any) -> None:
-    transaction.on_commit(lambda: enqueue_now(name, *args))
+    transaction.on_commit(lambda: _enqueue_committed(name, *args))
+
+
+def _enqueue_committed(name: str, *args: Any) -> None:
+    """After the commit: queue the task, or leave it to the sweep if the broker is away."""
+    try:
+        enqueue_now(name, *args)
+    except (BrokerUnavailable, OSError) as err:
+        log.warning(
+            "the broker is unavailable (%s); %s%r is recorded and the sweep will queue it",
+            err, name, args,
+        )  # fmt: skip

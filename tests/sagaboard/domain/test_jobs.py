@@ -47,3 +47,30 @@ def test_a_job_asked_for_in_a_rolled_back_transaction_never_runs(queued: list[An
         jobs.notification_send(3)
         raise RuntimeError("the change failed")
     assert queued == []
+
+
+def test_a_broker_down_at_commit_keeps_the_change_and_leaves_the_work_to_the_sweep(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from kombu.exceptions import OperationalError
+
+    from sagaboard.models import Project
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise OperationalError("[Errno 111] Connection refused")
+
+    monkeypatch.setattr(current_app.tasks[jobs.ROLLBACK_CONTINUE], "apply_async", refused)
+    with transaction.atomic():  # the service's change, then the job it asks for
+        Project.objects.create(slug="kept", name="Kept")
+        jobs.rollback_continue(7)
+    assert Project.objects.filter(slug="kept").exists()
+    assert "the broker is unavailable" in caplog.text and "the sweep will queue it" in caplog.text
+
+
+def test_an_unexpected_error_while_queuing_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise TypeError("a bug, not an outage")
+
+    monkeypatch.setattr(current_app.tasks[jobs.ROLLBACK_CONTINUE], "apply_async", broken)
+    with pytest.raises(TypeError), transaction.atomic():
+        jobs.rollback_continue(7)
