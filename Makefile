@@ -10,7 +10,7 @@ HOST_PORT := 127.0.0.1:8000
 # Second test run; override to point at another server.
 SAGABOARD_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/sagaboard
 
-.PHONY: help venv install run lint test test-fast test-sqlite test-postgres bench bench-check fuzz vendor fmt dist check-dist
+.PHONY: help venv install run lint test test-fast test-sqlite test-postgres bench bench-check fuzz faults vendor fmt dist check-dist
 
 help:
 	@echo "make run            install deps, migrate, serve on http://$(HOST_PORT)/"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench          every benchmark, full size, writes docs/benchmarks.md (ONLY=engine,pages,...)"
 	@echo "make bench-check    the small version; fails on a large ratio regression (CI runs it)"
 	@echo "make fuzz           the API fuzzer for 10 min (FUZZ_SECONDS=600) on SQLite, then PostgreSQL"
+	@echo "make faults         the fault suite (tests/faults) at length: 30 s outages, on SQLite, then PostgreSQL"
 	@echo "make dist           build the undo-core and sagaboard wheels and sdists into dist/"
 	@echo "make check-dist     dist, then install the undo-core wheel alone in a fresh venv and check it (CI runs it)"
 	@echo "make vendor         re-vendor htmx, htmx-ext-ws and axe-core (tests only) from npm into static/vendor/"
@@ -122,6 +123,15 @@ fuzz: install
 		$(VPY) -m pytest tests/security/test_api_fuzz.py -k every
 	DATABASE_URL='$(SAGABOARD_TEST_DATABASE_URL)' SAGABOARD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
 		SAGABOARD_FUZZ_SECONDS=$(FUZZ_SECONDS) $(VPY) -m pytest tests/security/test_api_fuzz.py -k every
+
+# The fault suite at length (`make test` runs it with 10 s outages): dependencies taken down
+# for FAULT_OUTAGE_SECONDS while agents and operators work, on each database.
+FAULT_OUTAGE_SECONDS ?= 30
+faults: install
+	env -u DATABASE_URL SAGABOARD_FAULT_OUTAGE_SECONDS=$(FAULT_OUTAGE_SECONDS) \
+		$(VPY) -m pytest tests/faults -s -p no:cacheprovider
+	DATABASE_URL='$(SAGABOARD_TEST_DATABASE_URL)' SAGABOARD_FAULT_OUTAGE_SECONDS=$(FAULT_OUTAGE_SECONDS) \
+		$(VPY) -m pytest tests/faults -s -p no:cacheprovider
 
 # Re-vendor htmx, its ws extension and axe-core (for the accessibility tests only) from the
 # npm registry (versions in the script).

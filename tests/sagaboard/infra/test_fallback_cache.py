@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,46 +12,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from sagaboard.infra import fallback_cache, rate_limits
 from sagaboard.infra.fallback_cache import FallbackRedisCache
+from tests.support.fault_services import RedisProcess
 from tests.support.live_server import free_port
 
 pytestmark = pytest.mark.slow  # a redis-server of its own
 
 
 @pytest.fixture
-def redis_server() -> Iterator[Any]:
-    """A redis-server of this test's own on a free port, to stop and start at will."""
-
-    class RedisProcess:
-        port = free_port()
-        proc: subprocess.Popen[bytes] | None = None
-
-        def start(self) -> None:
-            self.proc = subprocess.Popen(
-                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no"],
-                stdout=subprocess.DEVNULL,
-            )  # fmt: skip
-            for _ in range(100):
-                if (
-                    subprocess.run(
-                        ["redis-cli", "-p", str(self.port), "ping"], capture_output=True, text=True
-                    ).stdout.strip()
-                    == "PONG"
-                ):
-                    return
-                time.sleep(0.05)
-            raise RuntimeError("redis-server did not start")
-
-        def stop(self) -> None:
-            if self.proc is not None:
-                self.proc.terminate()
-                self.proc.wait(timeout=10)
-                self.proc = None
-
-    server = RedisProcess()
-    server.start()
-    yield server
-    server.stop()
+def redis_server() -> Iterator[RedisProcess]:
+    with RedisProcess() as server:
+        yield server
 
 
 def cache_on(port: int) -> FallbackRedisCache:
