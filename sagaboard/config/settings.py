@@ -185,11 +185,19 @@ if (
 ):
     # A connection pool per process: opening a connection per request (under ASGI each
     # request runs on a fresh thread) costs more than most requests themselves.
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": 8}
+    # ``timeout``: how long a request waits for a connection. While PostgreSQL restarts the
+    # pool has none to give: the request fails (503, Retry-After) in seconds, not 30.
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": 8,
+        "timeout": env_float("SAGABOARD_DB_POOL_TIMEOUT", 5.0, minimum=0.1, what="seconds"),
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Server-side parameter binding: values are sent apart from the SQL, adapted in C
     # (client-side binding quotes every value in Python, which dominated bulk ingestion).
     DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
+    # A server that does not answer (not refusing) fails a connection in 5 s, not never.
+    DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes (web, worker, commands) write one file: WAL lets readers go on
     # while one writes, and IMMEDIATE transactions queue writers on the timeout instead

@@ -24,6 +24,7 @@ from sagaboard.web import (
 )
 
 handler404 = "sagaboard.web.not_found.page_not_found"
+handler500 = "sagaboard.web.unavailable.server_error"
 
 urlpatterns = [
     path("", pages.saga_list, name="saga_list"),

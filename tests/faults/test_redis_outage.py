@@ -25,18 +25,17 @@ the outage) are printed for docs/operations.md.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
+from tests.support.fault_agents import ATTEMPTS, PENDING, agent, read
 from tests.support.fault_services import RedisProcess
 from tests.support.live_server import (
     ROOT,
@@ -47,7 +46,6 @@ from tests.support.live_server import (
     session_cookie,
     temp_database,
 )
-from undo_core import Saga, define_tool
 from undo_core.remote import SagaboardStore
 
 pytestmark = pytest.mark.slow  # real servers, a worker and a Redis of its own
@@ -55,37 +53,6 @@ pytestmark = pytest.mark.slow  # real servers, a worker and a Redis of its own
 KIND = "postgres" if os.environ.get("DATABASE_URL", "").startswith("postgres") else "sqlite"
 OUTAGE = float(os.environ.get("SAGABOARD_FAULT_OUTAGE_SECONDS", "10"))
 WAIT = 90.0
-TOOLS = [define_tool(f"fault_tool_{n}", lambda i: {"ok": i}, lambda o, i: None) for n in range(3)]
-
-
-PENDING = (
-    "import json; from sagaboard.models import Approval; "
-    "a = Approval.objects.select_related('saga').get(status='PENDING'); "
-    "print(json.dumps({'id': a.pk, 'saga_id': a.saga.saga_id}))"
-)
-ATTEMPTS = (
-    "import json; from sagaboard.models import CompensationAttempt as A; "
-    "rows = A.objects.filter(step__saga__saga_id='SAGA', outcome='succeeded'); "
-    "print(json.dumps({s: rows.filter(step__step_id=s).count() "
-    "for s in rows.values_list('step__step_id', flat=True)}))"
-)
-
-
-def read(url: str, code: str) -> Any:
-    return json.loads(manage(url, "shell", "-c", code).splitlines()[-1])
-
-
-def agent(store: SagaboardStore, stop: threading.Event, done: list[str]) -> None:
-    """Sagas of three steps, one after another, until told to stop."""
-    n = 0
-    while not stop.is_set():
-        saga = Saga(f"fault-{n}", store=store, saga_id=f"redis-outage-{n}")
-        for tool in TOOLS:
-            saga.execute(tool, {"n": n})
-        saga.complete()
-        done.append(saga.id)
-        n += 1
-        time.sleep(0.05)
 
 
 def test_redis_down_and_back_loses_nothing_and_never_answers_500(tmp_path: Path) -> None:
