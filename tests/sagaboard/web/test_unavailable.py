@@ -12,7 +12,7 @@ from sagaboard.web.unavailable import server_error
 def answer_while_handling(err: Exception) -> object:
     try:
         raise err
-    except Exception:  # noqa: BLE001 - handler500 runs inside Django's except block
+    except Exception:  # handler500 runs inside Django's except block
         return server_error(RequestFactory().get("/sagas/"))
 
 
