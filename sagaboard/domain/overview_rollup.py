@@ -41,6 +41,7 @@ from undo_core import RollbackOutcome, SagaStatus
 __all__ = [
     "TRIGGERS",
     "Difference",
+    "after_migrate",
     "check",
     "ensure_triggers",
     "fold_changes",
@@ -186,6 +187,14 @@ def missing_triggers() -> list[str]:
     return [name for name in names if name not in present]
 
 
+def after_migrate(using: str = "default", **kwargs: object) -> None:
+    """``post_migrate``: the triggers back if a migration dropped them (once the rollup's
+    tables exist: not when migrating back past them)."""
+    if using != "default" or SagaCount._meta.db_table not in connection.introspection.table_names():
+        return
+    ensure_triggers()
+
+
 def ensure_triggers() -> list[str]:
     """Put back any missing trigger and rebuild the rollup if one was; returns their names.
 
@@ -205,4 +214,3 @@ def ensure_triggers() -> list[str]:
 def _five_minutes(moment: datetime) -> datetime:
     epoch = int(moment.timestamp())
     return datetime.fromtimestamp(epoch - epoch % FIVE_MINUTES, tz=UTC)
-

@@ -26,9 +26,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--check", action="store_true", help="compare the rollup with a fresh count"
         )
-        parser.add_argument(
-            "--fold", action="store_true", help="fold pending changes (PostgreSQL)"
-        )
+        parser.add_argument("--fold", action="store_true", help="fold pending changes (PostgreSQL)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["fold"]:
