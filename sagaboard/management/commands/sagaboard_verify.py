@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from sagaboard.domain import overview_rollup
 from sagaboard.domain.verify import verify
 
 
@@ -16,7 +17,9 @@ class Command(BaseCommand):
         "saga, step, field, stored vs replayed) and exits with status 1 if there is any, 0 "
         "if every saga in range replays to exactly what is stored. Read-only; safe to run "
         "while sagaboard is running. Operators' events, leases and sagaboard's own columns "
-        "(server times, pending actions) are not part of the replayed record."
+        "(server times, pending actions) are not part of the replayed record. Without "
+        "--project and --saga it also compares the overview's rollup with a fresh count "
+        "of the sagas (sagaboard_overview_rollup --check)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -31,6 +34,12 @@ class Command(BaseCommand):
             f"{report.sagas} saga(s), {report.events} event(s) replayed: "
             f"{len(report.differences)} difference(s)"
         )
-        if not report.ok:
+        rollup: list[overview_rollup.Difference] = []
+        if not (options["project"] or options["saga"]):
+            rollup = overview_rollup.check()
+            for difference in rollup:
+                self.stdout.write(f"overview rollup: {difference}")
+            summary += f"; overview rollup: {len(rollup)} difference(s) from a fresh count"
+        if not report.ok or rollup:
             raise CommandError(summary, returncode=1)
         self.stdout.write(summary)

@@ -259,3 +259,14 @@ def test_writers_racing_on_one_bucket_lose_nothing_and_never_deadlock() -> None:
     assert agrees()
     fold_changes()
     assert agrees() and sum(chips(project).values()) == 400
+
+
+def test_verify_reports_a_rollup_that_differs_from_a_scan(shop: Project) -> None:
+    completed(shop, "c")
+    fold_changes()
+    out = StringIO()
+    call_command("sagaboard_verify", stdout=out)
+    assert "overview rollup: 0 difference(s)" in out.getvalue()
+    SagaCount.objects.filter(key="COMPLETED", span=TOTALS).update(n=5)
+    with pytest.raises(CommandError, match="overview rollup: 1 difference"):
+        call_command("sagaboard_verify", stdout=StringIO())
