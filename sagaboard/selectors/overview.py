@@ -164,10 +164,11 @@ def throughput(
 ) -> list[Bucket]:
     """Sagas that came to rest per bucket (5 min over the last hour, 1 h over the day), by status.
 
-    Bucketed by when the server stored the change (``changed_at``), not the agent's time.
+    Bucketed by when the server stored the change (``changed_at``), not the agent's time;
+    read from the rollup's 5-minute rows (at most 288 per series for the day), one query.
 
-    Cached for a minute: the chart scans the window's rows, and a chart that is
-    a minute old still answers "is something wrong right now?".
+    Cached for a minute: a chart that is a minute old still answers "is something wrong
+    right now?", and the page says it is refreshed every minute.
     """
     ids = sorted(p.pk for p in projects)
     key = f"sagaboard:throughput:{window}:{','.join(map(str, ids))}"
@@ -192,9 +193,6 @@ def _throughput(project_ids: list[int], window: str, now: datetime) -> list[Buck
         for key in [k for k, n in bucket.by_status.items() if not n]:
             del bucket.by_status[key]
     return buckets
-
-
-_RESTING = [SagaStatus.COMPLETED, *FAILED_SAGA_STATUSES]
 
 
 def series(status: str, outcome: str | None) -> str:
