@@ -123,7 +123,8 @@ def fold_changes(*, wait: bool = False) -> int:
     """
     if connection.vendor != "postgresql":
         return 0
-    with transaction.atomic(), connection.cursor() as cursor:
+    # No savepoint inside a caller's transaction: the lock is the transaction's anyway.
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         lock = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
         cursor.execute(f"SELECT {lock}(%s)", [FOLD_LOCK])
         if not wait and not cursor.fetchone()[0]:
