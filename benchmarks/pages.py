@@ -12,8 +12,9 @@ no template instrumentation):
   half-way down the cursor chain, and the list filtered by a status;
 * one saga's page (``/sagas/<project>/<id>/``): its steps, approvals, plan, events;
 * the approval queue (``/approvals/``): the pending approvals, oldest first;
-* the overview (``/overview/``) with its cache cleared: capped counts per status, what
-  needs a person, recent failures, the last hour's and day's throughput.
+* the overview (``/overview/``) with its cache cleared: counts per status, what needs a
+  person, recent failures, the last hour's and day's throughput (the counts and charts
+  from the rollup the database's triggers keep as the fill inserts, ``models.overview``).
 
 Each page's SQL query count is counted on a separate request (not timed), and
 must be the same at every size: the pages read through indexes that match their
@@ -66,6 +67,9 @@ PAGES = [
 FLOOR_LABEL = "minimal page: login, one indexed query, tiny template"
 # The issue's aim is worded for 1M sagas; the top size here is 1M steps (250,000 sagas).
 AIM = report.Aim("list page < 20 ms at 1M, constant queries", "value", "<=", 20.0)
+# Issue 19: the overview's counts and charts read the rollup (models.overview), not the sagas.
+OVERVIEW_AIM = report.Aim("overview, cache cold, < 50 ms at 1M steps", "value", "<=", 50.0)
+AIMS = {"list": AIM, "overview": OVERVIEW_AIM}
 # Saga n is updated (and stored, by the server's clock) at START + n seconds: the newest of
 # the 250,000 sagas of the 1M size are from the last few hours, so the overview's last-day
 # chart has real rows to count.
@@ -184,7 +188,7 @@ def _measure_sizes(
                     samples=samples[page],
                     floor_label=FLOOR_LABEL,
                     floor_samples=list(floor_samples),
-                    aim=AIM if page == "list" and size >= 1_000_000 else None,
+                    aim=AIMS.get(page) if size >= 1_000_000 else None,
                     queries=queries[page],
                     note=note,
                 )

@@ -8,18 +8,19 @@ admin site's models and the worker's tasks (``jobs`` finds them by name in every
 
 from __future__ import annotations
 
+from django.apps import apps
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
 from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.signals import connection_created
-from django.db.models.signals import m2m_changed, post_delete, post_save
+from django.db.models.signals import m2m_changed, post_delete, post_migrate, post_save
 
 import sagaboard.web.admin
 import sagaboard.worker.tasks  # noqa: F401
 from sagaboard.config.local_files import prepare_folders
-from sagaboard.domain import django_store, notifications
+from sagaboard.domain import django_store, notifications, overview_rollup
 from sagaboard.domain.login_guard import login_failed, login_succeeded
 from sagaboard.infra.rate_limits import parse_rate
 from sagaboard.infra.sqlite_wal import keep_wal_open
@@ -45,6 +46,11 @@ def connect() -> None:
     user_login_failed.connect(login_failed, dispatch_uid="sagaboard.login_failed")
     user_logged_in.connect(login_succeeded, dispatch_uid="sagaboard.login_succeeded")
     connection_created.connect(keep_wal_open, dispatch_uid="sagaboard.sqlite_wal")
+    # A SQLite migration that rebuilds sagaboard_saga drops the overview rollup's triggers.
+    post_migrate.connect(
+        overview_rollup.after_migrate, sender=apps.get_app_config("sagaboard"),
+        dispatch_uid="sagaboard.overview_rollup",
+    )  # fmt: skip
     # The store announces; the outbox listens (an outbox row in the write's transaction).
     django_store.undo_failed.connect(
         notifications.notify_rollback_failed, dispatch_uid="sagaboard.notify_undo_failed"

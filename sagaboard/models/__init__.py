@@ -19,6 +19,7 @@ from sagaboard.models.fields import (
     one_of,
 )
 from sagaboard.models.notes import NOTE_MAX, Note, NoteRevision
+from sagaboard.models.overview import SagaCount, SagaCountChange
 from sagaboard.models.projects import ApiRequest, ApiToken, Project
 from sagaboard.models.records import AuditChain, AuditEntry, Heartbeat, Notification
 from sagaboard.models.sagas import OPERATOR_STATES, CompensationAttempt, Event, Saga, Step
@@ -49,6 +50,8 @@ __all__ = [
     "PolicyOnExpiry",
     "Project",
     "Saga",
+    "SagaCount",
+    "SagaCountChange",
     "SagaDriver",
     "SavedView",
     "SlackIdentity",

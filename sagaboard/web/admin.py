@@ -30,6 +30,8 @@ from sagaboard.models import (
     Notification,
     Project,
     Saga,
+    SagaCount,
+    SagaCountChange,
     SavedView,
     SlackIdentity,
     SlackRequest,
@@ -197,6 +199,13 @@ class SavedViewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ["name", "user", "project", "shared", "created_at"]
     list_filter = ["shared", "project"]
     search_fields = ["name", "user__username"]
+
+
+@admin.register(SagaCount, SagaCountChange)
+class SagaCountAdmin(ReadOnlyAdmin):
+    """The overview's rollup: kept by the database's triggers, never edited by hand."""
+
+    list_display = ["project_id", "span", "bucket_start", "key", "n"]
 
 
 @admin.register(ToolRollup, ToolRollupMark, ToolRollupCursor)

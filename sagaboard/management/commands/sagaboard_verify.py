@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from sagaboard.domain import overview_rollup
 from sagaboard.domain.audit_chain import verify_audit
 from sagaboard.domain.verify import verify
 
@@ -17,10 +18,12 @@ class Command(BaseCommand):
         "saga, step, field, stored vs replayed) and exits with status 1 if there is any, 0 "
         "if every saga in range replays to exactly what is stored. Read-only; safe to run "
         "while sagaboard is running. Operators' events, leases and sagaboard's own columns "
-        "(server times, pending actions) are not part of the replayed record. With --audit, "
-        "check the audit log instead: recompute each project's hash chain from its first "
-        "entry, print each chain's length and head hash (keep them elsewhere to compare), "
-        "name the first entry altered or missing, and exit 1 if any chain is broken."
+        "(server times, pending actions) are not part of the replayed record. Without "
+        "--project and --saga it also compares the overview's rollup with a fresh count "
+        "of the sagas (sagaboard_overview_rollup --check). With --audit, check the audit "
+        "log instead: recompute each project's hash chain from its first entry, print each "
+        "chain's length and head hash (keep them elsewhere to compare), name the first "
+        "entry altered or missing, and exit 1 if any chain is broken."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -43,7 +46,13 @@ class Command(BaseCommand):
             f"{report.sagas} saga(s), {report.events} event(s) replayed: "
             f"{len(report.differences)} difference(s)"
         )
-        if not report.ok:
+        rollup: list[overview_rollup.Difference] = []
+        if not (options["project"] or options["saga"]):
+            rollup = overview_rollup.check()
+            for difference in rollup:
+                self.stdout.write(f"overview rollup: {difference}")
+            summary += f"; overview rollup: {len(rollup)} difference(s) from a fresh count"
+        if not report.ok or rollup:
             raise CommandError(summary, returncode=1)
         self.stdout.write(summary)
 
