@@ -3,8 +3,15 @@
 An ``Event`` row is committed in the same transaction as the change it
 describes, so a change that was rolled back is never shown, and any process
 that writes (an API request, a worker, a management command) is seen without
-a broker: the relay polls the log for ids above the last it relayed and sends
-them to the group of the event's project. Messages carry ids only; consumers
+a broker: the relay reads the log for ids above the last it relayed and sends
+them to the group of the event's project. It reads when a commit wakes it
+(``sagaboard.live.wake``: PostgreSQL's NOTIFY from a trigger on the event table,
+Redis pub/sub on SQLite with ``REDIS_URL``, or the committing thread of its own
+process), whichever process committed, and at least every
+``SAGABOARD_LIVE_POLL_SECONDS`` (250 ms), the safety net for a lost wake or a writer
+that sends none (SQL by hand; on SQLite without Redis, a worker). The wake carries
+nothing: the ids come from the log, so a lost wake costs latency, never an event,
+and wakes that pile up during a read fold into the next one. Messages carry ids only; consumers
 render for their own user. Each message also carries the id of the previous
 event of that project it relayed, so a consumer that missed one (the
 in-memory channel layer drops messages when a buffer fills) notices the gap
