@@ -15,7 +15,8 @@ Environment (the main ones):
     REDIS_URL                unset (default): the in-process channel layer, for one web
                              process. Set (redis://host:6379/0): channels_redis, so several
                              web processes share live updates (one of them relays the log).
-    SAGABOARD_LIVE_POLL_SECONDS  how often the relay reads the event log (default 0.025).
+    SAGABOARD_LIVE_POLL_SECONDS  how often the relay reads the event log when no commit
+                             woke it (the safety net; default 0.25).
     SAGABOARD_LIVE_RECHECK_SECONDS  how often each open websocket's session and
                              permissions are checked again (default 5).
     SAGABOARD_REDIS_PREFIX   prefix of every name in Redis (default "sagaboard"); one per
@@ -251,11 +252,13 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
-# Live updates: each web process polls the event log this often and relays new events
-# to its browsers through the channel layer. With REDIS_URL, one web process at a time
-# holds the relay lease and publishes through Redis to every web process.
+# Live updates: each web process's relay reads the event log when a commit wakes it
+# (sagaboard/live/wake.py), and at least this often (the safety net for a lost wake or a
+# writer that sends none), then relays new events to its browsers through the channel
+# layer. With REDIS_URL, one web process at a time holds the relay lease and publishes
+# through Redis to every web process.
 SAGABOARD_LIVE_POLL_SECONDS = env_float(
-    "SAGABOARD_LIVE_POLL_SECONDS", 0.025, minimum=0.001, what="a number of seconds"
+    "SAGABOARD_LIVE_POLL_SECONDS", 0.25, minimum=0.001, what="a number of seconds"
 )
 # The backstop for revocations the app does not see (a session deleted in the database, an
 # expiry, SQL by hand): every open websocket's session and user are checked this often.

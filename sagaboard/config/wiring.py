@@ -2,7 +2,8 @@
 
 Connected once the app registry is ready (``SagaboardConfig.ready``): the store's "an undo
 failed" reaches the notifications' outbox, a logout or a changed permission reaches the
-open websockets, failed logins reach the guard. Importing this module registers the
+open websockets, failed logins reach the guard, an event committed on SQLite wakes the
+live relay. Importing this module registers the
 admin site's models and the worker's tasks (``jobs`` finds them by name in every process).
 """
 
@@ -22,10 +23,11 @@ import sagaboard.worker.tasks  # noqa: F401
 from sagaboard.config.local_files import prepare_folders
 from sagaboard.domain import django_store, notifications, overview_rollup
 from sagaboard.domain.login_guard import login_failed, login_succeeded
+from sagaboard.infra import event_wake
 from sagaboard.infra.rate_limits import parse_rate
 from sagaboard.infra.sqlite_wal import keep_wal_open
-from sagaboard.live import access
-from sagaboard.models import Project
+from sagaboard.live import access, wake
+from sagaboard.models import Event, Project
 
 RATE_SETTINGS = (
     "SAGABOARD_LOGIN_RATE",
@@ -51,6 +53,11 @@ def connect() -> None:
         overview_rollup.after_migrate, sender=apps.get_app_config("sagaboard"),
         dispatch_uid="sagaboard.overview_rollup",
     )  # fmt: skip
+    # An event committed on SQLite wakes the live relay at once (PostgreSQL: a trigger's NOTIFY).
+    connection_created.connect(
+        event_wake.watcher(Event._meta.db_table), weak=False, dispatch_uid="sagaboard.event_wake"
+    )
+    event_wake.events_committed.connect(wake.on_events_committed, dispatch_uid="sagaboard.wake")
     # The store announces; the outbox listens (an outbox row in the write's transaction).
     django_store.undo_failed.connect(
         notifications.notify_rollback_failed, dispatch_uid="sagaboard.notify_undo_failed"

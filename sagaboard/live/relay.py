@@ -3,8 +3,15 @@
 An ``Event`` row is committed in the same transaction as the change it
 describes, so a change that was rolled back is never shown, and any process
 that writes (an API request, a worker, a management command) is seen without
-a broker: the relay polls the log for ids above the last it relayed and sends
-them to the group of the event's project. Messages carry ids only; consumers
+a broker: the relay reads the log for ids above the last it relayed and sends
+them to the group of the event's project. It reads when a commit wakes it
+(``sagaboard.live.wake``: PostgreSQL's NOTIFY from a trigger on the event table,
+Redis pub/sub on SQLite with ``REDIS_URL``, or the committing thread of its own
+process), whichever process committed, and at least every
+``SAGABOARD_LIVE_POLL_SECONDS`` (250 ms), the safety net for a lost wake or a writer
+that sends none (SQL by hand; on SQLite without Redis, a worker). The wake carries
+nothing: the ids come from the log, so a lost wake costs latency, never an event,
+and wakes that pile up during a read fold into the next one. Messages carry ids only; consumers
 render for their own user. Each message also carries the id of the previous
 event of that project it relayed, so a consumer that missed one (the
 in-memory channel layer drops messages when a buffer fills) notices the gap
@@ -26,6 +33,7 @@ Where the relay runs:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -38,6 +46,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db.models import Max, Q
 
+from sagaboard.live import wake
 from sagaboard.models import Event
 
 log = logging.getLogger("sagaboard.live.relay")
@@ -188,11 +197,27 @@ class Relay:
         self.active: dict[int, float] = {}  # project -> when its last event was relayed
         self.tail_due = 0.0
         self.gaps = Gaps()
+        self.woken = asyncio.Event()
+        """Set by a commit (``sagaboard.live.wake``): read the log now, not at the poll."""
         self.task: asyncio.Task[None] | None = None
+        self.listeners: list[wake.Listener] | None = None
+        self.listening: list[asyncio.Task[None]] = []
 
     def ensure_running(self) -> None:
+        loop = asyncio.get_running_loop()
         if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._run())
+            self.task = loop.create_task(self._run())
+        if self.listeners is None:
+            wake.register(self.woken)
+            self.listeners = wake.listeners(self.woken)
+            self.listening = [loop.create_task(one.run()) for one in self.listeners]
+
+    def stop(self) -> None:
+        for task in [self.task, *self.listening]:
+            if task is not None:
+                task.cancel()
+        for one in self.listeners or ():
+            one.close()
 
     async def _run(self) -> None:
         while True:
@@ -224,6 +249,7 @@ class Relay:
                 self.last_id = self.start_after
             else:
                 self.last_id = await _last_event_id()
+        self.woken.clear()  # before the read: a commit from here on wakes the next one
         rows = await _events_after(self.last_id, self.gaps.current())
         layer = get_channel_layer()
         assert layer is not None, "CHANNEL_LAYERS is not configured"
@@ -251,7 +277,12 @@ class Relay:
             await self.leadership.save_cursor(self.last_id)
         await self._send_tails()
         if len(rows) < BATCH:
-            await asyncio.sleep(self.poll_seconds)
+            await self._wait()
+
+    async def _wait(self) -> None:
+        """Until a commit wakes the relay, or the poll interval (the safety net) ends."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.woken.wait(), self.poll_seconds)
 
     async def _send_tails(self) -> None:
         """Every ``TAIL_SECONDS``: each recently active project's newest relayed id."""
@@ -363,8 +394,7 @@ def recheck(check: Callable[[Collection[str]], dict[str, Any]]) -> Recheck:
 def stop_all() -> None:
     """Cancel every relay and re-check task (for tests that end their event loop)."""
     for r in list(_relays.values()):
-        if r.task is not None:
-            r.task.cancel()
+        r.stop()
     _relays.clear()
     for c in list(_rechecks.values()):
         if c.task is not None:
