@@ -44,7 +44,7 @@ def _on_postgresql(statements):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sagaboard", "0019_batch_jobs"),
+        ("sagaboard", "0020_overview_rollup"),
     ]
 
     operations = [

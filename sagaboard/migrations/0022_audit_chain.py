@@ -50,7 +50,7 @@ def link_existing(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sagaboard', '0019_batch_jobs'),
+        ('sagaboard', '0021_event_notify'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
