@@ -164,7 +164,8 @@ class DjangoStore:
             logged = Event.objects.create(
                 **fields, recorded_at=now, change=change_json(change, created)
             )
-        self._known[record.id] = known
+        if not record.status.ended:  # a saga at rest is written again rarely: let it go
+            self._known[record.id] = known
         return logged
 
     def _saga_locked(self, saga_id: str) -> Known:
