@@ -15,6 +15,10 @@ steps. Each figure is measured ``--runs`` times, each run beside its floor:
   commits on that database (``sqlite3`` with Django's pragmas, or ``psycopg``
   with its default server-side binding, as sagaboard's settings use). Each
   database runs in a process of its own: Django is set up once, for one database.
+  Per transition it is also set beside the floor a Django programmer would pick: a
+  raw ORM transaction writing the same rows (``transaction.atomic()``, the saga
+  row's UPDATE, the step row's UPDATE, the event's INSERT; no logic), with the most
+  SQL statements one transition took (BEGIN and COMMIT included).
 """
 
 from __future__ import annotations
@@ -188,37 +192,106 @@ def django_on(db: str, workdir: Path) -> Iterator[str]:
         yield url
 
 
+def raw_orm_transitions(project: Any, transitions: int) -> float:
+    """Seconds for ``transitions`` ORM transactions writing a transition's rows, no logic.
+
+    What a Django programmer would write by hand for one: in ``transaction.atomic()``,
+    the saga row's UPDATE (which locks it), the step row's UPDATE, the event's INSERT.
+    """
+    from django.db import transaction
+    from django.db.models import F
+    from django.utils import timezone
+
+    from sagaboard.models import Event, Step
+    from sagaboard.models import Saga as SagaRow
+
+    now = timezone.now()
+    saga = SagaRow.objects.create(project=project, saga_id=f"raw-{now.timestamp()}", name="raw",
+                                  status="IN_PROGRESS", created_at=now, updated_at=now)  # fmt: skip
+    step = Step.objects.create(saga=saga, step_id="step-1", position=0, tool_name="bench",
+                               state="PENDING", input=0)  # fmt: skip
+    states = ("COMPLETED", "COMPENSATING", "ROLLED_BACK", "PENDING")
+    started = time.perf_counter()
+    for i in range(transitions):
+        now = timezone.now()
+        with transaction.atomic():
+            SagaRow.objects.filter(pk=saga.pk).update(seq=F("seq") + 1, updated_at=now,
+                                                      changed_at=now)  # fmt: skip
+            Step.objects.filter(pk=step.pk).update(state=states[i % 4], updated_at=now,
+                                                   changed_at=now)  # fmt: skip
+            Event.objects.create(project=project, saga=saga, seq=i + 1, kind="step",
+                                 client_event_id=f"{saga.saga_id}:{i + 1}", digest="",
+                                 step_id="step-1", tool_name="bench", to_state=states[i % 4],
+                                 at=now, change="{}")  # fmt: skip
+    return time.perf_counter() - started
+
+
+def transition_queries(make_store: Callable[[], Any]) -> tuple[float, int]:
+    """SQL statements (BEGIN and COMMIT included) of one more saga's transitions, untimed:
+    per step, and the most one transition took."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    store = make_store()
+    most = 0
+    apply = store.apply
+
+    def counted(change: Any) -> None:
+        nonlocal most
+        with CaptureQueriesContext(connection) as one:
+            apply(change)
+        most = max(most, len(one.captured_queries))
+
+    store.apply = counted
+    with CaptureQueriesContext(connection) as ctx:
+        saga_steps(lambda: store, STEPS_PER_SAGA, 60.0)
+    return len(ctx.captured_queries) / STEPS_PER_SAGA, most
+
+
 def django_figures(db: str, args: argparse.Namespace) -> list[report.Figure]:
     steps = max(STEPS_PER_SAGA, args.django_steps // STEPS_PER_SAGA * STEPS_PER_SAGA)
+    transitions = steps * TRANSITIONS_PER_STEP
     with tempfile.TemporaryDirectory() as tmp, django_on(db, Path(tmp)) as url:
         from django.db import connection
-        from django.test.utils import CaptureQueriesContext
 
         from sagaboard.domain.django_store import DjangoStore
         from sagaboard.models import Project
 
         project = Project.objects.create(slug="bench", name="Bench")
-        store, floor = [], []
+        store, floor, orm = [], [], []
         for run in range(args.runs):
             store.append(saga_steps(lambda: DjangoStore(project), steps, args.budget))
+            orm.append(us_per(raw_orm_transitions(project, transitions), transitions))
             if db == "postgres":
                 floor.append(us_per(raw_psycopg_commits(url, steps), steps))
             else:
                 path = Path(connection.settings_dict["NAME"])
                 floor.append(us_per(raw_sqlite_commits(path.with_name(f"raw-{run}.db"), steps),
                                     steps))  # fmt: skip
-        with CaptureQueriesContext(connection) as ctx:  # one more saga, untimed
-            saga_steps(lambda: DjangoStore(project), STEPS_PER_SAGA, args.budget)
-        queries = len(ctx.captured_queries) / STEPS_PER_SAGA
+        queries, most = transition_queries(lambda: DjangoStore(project))
     floor_label = (
         "raw psycopg single-row commit" if db == "postgres"
         else "raw sqlite3 single-row commit (Django's pragmas)"
     )  # fmt: skip
-    return _store_figures(
-        f"DjangoStore on {DJANGO_DBS[db]}", f"django_{db}", store, floor_label, floor,
-        note=f"{steps:,} steps a run; {queries:.1f} SQL queries a step; a transition is one "
-        "transaction: the saga row locked, the step row, an event row",
-    )  # fmt: skip
+    name = f"DjangoStore on {DJANGO_DBS[db]}"
+    note = (
+        f"{steps:,} steps a run; {queries:.1f} SQL queries a step (BEGIN and COMMIT "
+        f"included), at most {most} a transition; a transition is one transaction: the "
+        "saga row (a guarded UPDATE, which locks it), the step row, an event row"
+    )
+    return [
+        *_store_figures(name, f"django_{db}", store, floor_label, floor, note=note),
+        report.Figure(
+            key=f"engine.django_{db}.transition_orm", group=GROUP,
+            label=f"{name} per transition, over a raw ORM transaction", unit="us",
+            samples=[s / TRANSITIONS_PER_STEP for s in store],
+            floor_label="raw ORM transaction: saga UPDATE, step UPDATE, event INSERT in "
+            "transaction.atomic()", floor_samples=orm,
+            aim=report.Aim("DjangoStore per transition <= 3x a raw ORM transaction", "ratio",
+                           "<=", 3),
+            queries=most, note=f"{transitions:,} raw transactions a run; {note}",
+        ),
+    ]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,12 +12,15 @@ with something left) goes out as a signal: the store knows no receivers
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -56,8 +59,53 @@ rollback_ended = Signal()
 UNFINISHED = [SagaStatus.IN_PROGRESS.value, SagaStatus.COMPENSATING.value]
 
 
+@dataclass
+class Known:
+    """One saga as this store last wrote (or read) it: what its next write need not read.
+
+    ``saga`` and ``steps`` are the rows with the columns the store keeps (every record
+    field, the outcome, and what an outcome is assessed from); ``attempts``, the attempt
+    numbers stored per step. A write trusts them only while the saga row is still as
+    they say: the write's UPDATE is guarded by it (``Known.unchanged``).
+    """
+
+    saga: Saga
+    steps: dict[str, Step] = field(default_factory=dict)
+    attempts: dict[str, set[int]] = field(default_factory=dict)
+
+    def unchanged(self, record: SagaRecord, *, check_lease: bool, rolling: bool) -> Q:
+        """The saga row as this store knows it, and writable by ``record``'s owner.
+
+        Every write to a saga moves its ``seq`` and ``changed_at``, so the pair says nobody
+        wrote since (nor was ours undone); the lease clause is ``fence``'s. A rolling
+        saga's outcome is assessed from the known steps, so it also needs no step left
+        failed by an operator since (``left_at``: set once, by a write that moves neither).
+        """
+        saga = self.saga
+        guard = Q(pk=saga.pk, seq=saga.seq, changed_at=saga.changed_at)
+        if check_lease:
+            guard &= Q(lease_owner__isnull=True) | Q(lease_owner=record.lease_owner)
+        if rolling:
+            left = [s.pk for s in self.steps.values() if s.left_at is not None]
+            newly_left = Step.objects.filter(saga_id=OuterRef("pk"), left_at__isnull=False)
+            guard &= ~Exists(newly_left.exclude(pk__in=left) if left else newly_left)
+        return guard
+
+    def facts(self) -> dict[str, StepFacts]:
+        """The known steps as undo_core assesses them, in position order."""
+        rows = sorted(self.steps.values(), key=lambda s: s.position)
+        return {s.step_id: rollback_outcomes.facts(s) for s in rows}
+
+
 class DjangoStore:
-    """A :class:`undo_core.SagaStore` for one project's sagas."""
+    """A :class:`undo_core.SagaStore` for one project's sagas.
+
+    A transition is one transaction of at most three statements when the store knows
+    the saga (it wrote or loaded it, and nobody changed it since): the saga row's
+    guarded UPDATE (which takes its lock), the step row's UPDATE or INSERT, the event's
+    INSERT; and an INSERT of the step's new attempts, if it has any. Otherwise the saga
+    row is read under lock, with its steps, first (and the write is fenced as before).
+    """
 
     def __init__(self, project: Project, *, driver: str = Saga.Driver.SERVER) -> None:
         self.project = project
@@ -66,6 +114,7 @@ class DjangoStore:
         """How the undo of the next step this store creates runs (``Step.undo``): set by
         the manual-flow API before ``add_step``, so the step is stored with it at once
         and its creation event records it (a replay finds it there)."""
+        self._known: dict[str, Known] = {}
 
     # ------------------------------------------------------------ writes
 
@@ -88,49 +137,60 @@ class DjangoStore:
         ``check_lease=False`` is for mirrored sagas, whose leases live in the agent;
         the sequence number is checked either way, so a stale writer never wins.
         The server's clock, not the record's, stamps ``received_at`` / ``changed_at``
-        and the event's ``recorded_at`` (one reading for all three).
+        and the event's ``recorded_at`` (one reading for all three), read once the
+        saga's row is locked, so the writers of one saga get rising times (a guarded
+        UPDATE that finds the row as known had no writer in between: the next one
+        waits for this one's lock, and reads its clock after).
         """
         record, step, event = change
+        known = self._known.pop(record.id, None)  # kept again only if this write succeeds
         with transaction.atomic():
-            saga = (
-                Saga.objects.select_for_update()
-                .filter(project=self.project, saga_id=record.id)
-                .first()
-            )
-            now = timezone.now()  # read under the lock: writers of one saga get rising times
-            if saga is None:
-                saga = Saga(project=self.project, saga_id=record.id, driver=self.driver)
-                saga.received_at = now
-            else:
-                fence(saga, record, check_lease=check_lease)
-            copy_saga(saga, record)
-            saga.changed_at = now
-            saga.duration_ms = elapsed_ms(saga.received_at, now)
-            found = _outcome(saga, step)
-            saga.save()
-            created = None
+            now = timezone.now()
+            found = None if known is None else _saga_write_known(known, change, now, check_lease)
+            if known is None or found is None:
+                known = self._saga_locked(record.id)
+                now = timezone.now()  # under the lock
+                if known.saga.pk is not None:
+                    fence(known.saga, record, check_lease=check_lease)
+                found = _saga_write(known, change, now)
+            saga, created, row = known.saga, None, None
             if step is not None:
-                row = Step.objects.filter(saga=saga, step_id=step.id).first() or Step(
-                    saga=saga, step_id=step.id
-                )
-                if row.pk is None:
-                    copy_step(row, step, driver=saga.driver, undo=self.new_step_undo)
-                    created = row.undo
-                else:
-                    copy_step(row, step, driver=saga.driver)
-                row.changed_at = now
-                row.save()
-                if step.compensation_attempts:  # most transitions carry none: no query
-                    known = set(row.attempts.values_list("number", flat=True))
-                    CompensationAttempt.objects.bulk_create(new_attempts(row.pk, step, known))
+                row, created = _step_write(known, step, now, undo=self.new_step_undo)
                 if event.to_state == StepState.ROLLBACK_FAILED and event.step_id == step.id:
                     undo_failed.send(DjangoStore, saga=saga, step=row)
             if event.step_id is None and event.to_state == SagaStatus.ROLLED_BACK:
                 rollback_ended.send(DjangoStore, saga=saga, found=found)
             fields = event_fields(saga, event, client_event_id, digest)
-            return Event.objects.create(
+            logged = Event.objects.create(
                 **fields, recorded_at=now, change=change_json(change, created)
             )
+        if not record.status.ended:  # a saga at rest is written again rarely: let it go
+            self._known[record.id] = known
+        return logged
+
+    def _saga_locked(self, saga_id: str) -> Known:
+        """The saga row, locked, and its steps; a new row (not saved) if there is none."""
+        saga = (
+            Saga.objects.select_for_update().filter(project=self.project, saga_id=saga_id).first()
+        )
+        if saga is None:
+            return Known(Saga(project=self.project, saga_id=saga_id, driver=self.driver))
+        saga.project = self.project
+        steps = Step.objects.filter(saga=saga).only(*KNOWN_STEP_COLUMNS)
+        return Known(saga, {s.step_id: s for s in steps})
+
+    def remember(self, saga: Saga, steps: Iterable[Step]) -> None:
+        """Know this saga as read: ``steps`` all of its steps, their attempts prefetched.
+
+        Read without a lock: a write that finds the row changed since reads it again.
+        The rows are copied, so the caller's own copies do not move with the writes.
+        """
+        mine = copy.copy(saga)
+        mine.project = self.project
+        read = list(steps)
+        rows = {s.step_id: copy.copy(s) for s in read}
+        attempts = {s.step_id: {a.number for a in s.attempts.all()} for s in read}
+        self._known[saga.saga_id] = Known(mine, rows, attempts)
 
     # ------------------------------------------------------------ leases
 
@@ -158,7 +218,10 @@ class DjangoStore:
             .prefetch_related("steps__attempts")
             .first()
         )
-        return None if saga is None else saga_snapshot(saga)
+        if saga is None:
+            return None
+        self.remember(saga, saga.steps.all())
+        return saga_snapshot(saga)
 
     def events(self, saga_id: str) -> list[dict[str, object]]:
         """The saga's event log, in order (for inspection and tests)."""
@@ -176,22 +239,104 @@ class DjangoStore:
         )
 
 
-def _outcome(saga: Saga, step: StepSnapshot | None) -> RollbackAssessment:
-    """Set the saga row's outcome columns for this change, before the row is saved.
+KNOWN_STEP_COLUMNS = (
+    "id", "saga_id", "step_id", "position", "undo", "state", "tool_name", "has_undo",
+    "left_at", "decision_note", "left_reason",
+)  # fmt: skip
+"""What a write reads of a saga's steps when it does not know them: how to write each
+again (``undo``) and what its outcome is assessed from (``rollback_outcomes.facts``)."""
 
-    The stored steps with the changed one as it is about to be: one query, and only
-    while the saga rolls back (a forward step costs nothing).
+
+def _saga_values(
+    known: Known, record: SagaRecord, step: StepSnapshot | None, now: datetime
+) -> tuple[dict[str, Any], RollbackAssessment]:
+    """The saga row's columns after this change, and its rollback as they assess it.
+
+    The steps are the known ones with the changed one as it is about to be (read only
+    while the saga rolls back: a forward step's outcome is none).
     """
-    steps: dict[str, StepFacts] = {}
-    if saga.status in rollback_outcomes.ROLLING and saga.pk is not None:
-        steps = rollback_outcomes.stored_facts([saga.pk])[saga.pk]
-    if step is not None and saga.status in rollback_outcomes.ROLLING:
-        known = steps.get(step.id)
-        steps[step.id] = StepFacts.of(step, left=bool(known and known.left))
-    found = assess_rollback(SagaStatus(saga.status), steps.values())
-    for name, value in rollback_outcomes.fields(found).items():
-        setattr(saga, name, value)
+    saga = known.saga
+    values = columns(record, skip=("id",))
+    values["created_at"] = saga.created_at or record.created_at  # the first report stands
+    values["changed_at"] = now
+    values["duration_ms"] = elapsed_ms(saga.received_at, now)
+    facts: dict[str, StepFacts] = {}
+    if record.status in rollback_outcomes.ROLLING:
+        facts = known.facts()
+        if step is not None:
+            stored = facts.get(step.id)
+            facts[step.id] = StepFacts.of(step, left=bool(stored and stored.left))
+    found = assess_rollback(record.status, facts.values())
+    values.update(rollback_outcomes.fields(found))
+    return values, found
+
+
+def _saga_write_known(
+    known: Known, change: SagaChange, now: datetime, check_lease: bool
+) -> RollbackAssessment | None:
+    """Write the saga row if it is as ``known`` says, in one guarded UPDATE; None if not.
+
+    A stale change (``seq``) is left to the locked path, whose ``fence`` says why.
+    """
+    record = change.saga
+    if record.seq <= known.saga.seq:
+        return None
+    values, found = _saga_values(known, record, change.step, now)
+    rolling = record.status in rollback_outcomes.ROLLING
+    guard = known.unchanged(record, check_lease=check_lease, rolling=rolling)
+    if Saga.objects.filter(guard).update(**values) != 1:
+        return None
+    for column, value in values.items():
+        setattr(known.saga, column, value)
     return found
+
+
+def _saga_write(known: Known, change: SagaChange, now: datetime) -> RollbackAssessment:
+    """Write the saga row read under lock (INSERT if new, else UPDATE of its columns)."""
+    saga = known.saga
+    if saga.pk is None:
+        saga.received_at = now
+    values, found = _saga_values(known, change.saga, change.step, now)
+    for column, value in values.items():
+        setattr(saga, column, value)
+    if saga.pk is None:
+        saga.save(force_insert=True)
+    else:
+        Saga.objects.filter(pk=saga.pk).update(**values)
+    return found
+
+
+def _step_write(
+    known: Known, s: StepSnapshot, now: datetime, *, undo: dict[str, Any] | None
+) -> tuple[Step, dict[str, Any] | None]:
+    """Write the step row and its new attempts; returns the row and, if this change
+    created it, how its undo runs (``Step.undo``, for the creation event)."""
+    row = known.steps.get(s.id)
+    values = columns(s, skip=("id", *STEP_OWN_ROWS))
+    values["changed_at"] = now
+    created = None
+    if row is None:
+        row = Step(saga=known.saga, step_id=s.id, changed_at=now)
+        copy_step(row, s, driver=known.saga.driver, undo=undo)
+        row.save(force_insert=True)
+        known.steps[s.id] = row
+        known.attempts[s.id] = set()
+        created = row.undo
+    else:
+        if not row.undo:  # set when the step is created, never changed (no event carries it)
+            values["undo"] = _default_undo(known.saga.driver)
+        Step.objects.filter(pk=row.pk).update(**values)
+        for column, value in values.items():
+            setattr(row, column, value)
+    if s.compensation_attempts:  # most transitions carry none: no query
+        stored = known.attempts.get(s.id)
+        if stored is None:  # read under lock: attempts unknown yet
+            stored = known.attempts[s.id] = set(row.attempts.values_list("number", flat=True))
+        new = new_attempts(row.pk, s, stored)
+        if new:
+            CompensationAttempt.objects.bulk_create(new)
+            stored.update(a.number for a in new)
+    return row, created
 
 
 def fence(saga: Saga, record: SagaRecord, *, check_lease: bool) -> None:
@@ -227,10 +372,12 @@ def copy_step(
     for column, value in columns(s, skip=("id", *STEP_OWN_ROWS)).items():
         setattr(row, column, value)
     if not row.undo:  # set when the step is created, never changed (no event carries it)
-        if undo is not None:
-            row.undo = undo
-        else:
-            row.undo = {"kind": "client"} if driver == Saga.Driver.CLIENT else {}
+        row.undo = undo if undo is not None else _default_undo(driver)
+
+
+def _default_undo(driver: str) -> dict[str, Any]:
+    """A step's ``undo`` when nobody said how it runs: its agent's, for a mirrored saga."""
+    return {"kind": "client"} if driver == Saga.Driver.CLIENT else {}
 
 
 def new_attempts(step_pk: int, s: StepSnapshot, known: set[int]) -> list[CompensationAttempt]:

@@ -8,9 +8,11 @@ through the engine's own state machine, so the rules are the ones the agent's
 in-process sagas follow. An undo gets the step's idempotency key: an attempt
 interrupted by a crash is run again with the same key.
 
-A task reads the saga, its steps and the policies once (``TaskRows``); only what
-guards an undo is read again right before it runs (the step at the gate, the
-approval that stands). ``tests/sagaboard/domain/test_approval_queries.py`` pins the count.
+A task reads the saga, its steps and the policies once (``TaskRows``), and its store
+knows the saga from those rows (its transitions read nothing again). What guards an
+undo is read right before it runs: the step at the gate and the approval that stands
+(by the gate, which the undo then goes by; on any other way there, by the undo).
+``tests/sagaboard/domain/test_approval_queries.py`` pins the count.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class TaskRows:
         self.saga = saga
         self.steps = {s.step_id: s for s in saga.steps.prefetch_related("attempts")}
         self._policies: list[ApprovalPolicy] | None = None
+        self.approved: dict[str, Approval] = {}
+        """The approval the gate has just let each step's undo run on, until that undo starts."""
 
     def policies(self) -> list[ApprovalPolicy]:
         if self._policies is None:
@@ -100,6 +104,7 @@ class ServerGate:
             return Decision.wait(reason="waiting for an approver")
         voters = ", ".join(audit.actor_of(v.user) for v in approval.votes.select_related("user"))
         if approval.status == Approval.Status.APPROVED:
+            self.rows.approved[step.step_id] = approval
             return Decision.approve(actor=voters or None, reason=approval.decided_reason)
         if approval.status in (Approval.Status.REJECTED, Approval.Status.EXPIRED):
             return Decision.reject(
@@ -148,7 +153,11 @@ def _approved_hash(saga: Saga, step: Step, rows: TaskRows) -> str | None:
     """
     if rows.approval_reason(step) is None:
         return None
-    current = approvals.approval_current(step)
+    # The approval the gate has just read and let this undo run on still stands: only the
+    # undo's own COMPENSATING write came between, under the lease (nobody else asks for
+    # this saga's approvals, and only a PENDING one expires or is decided); what would
+    # run is still checked against its plan. Any other way here (a retry) reads it.
+    current = rows.approved.pop(step.step_id, None) or approvals.approval_current(step)
     if current is None or current.status != Approval.Status.APPROVED:
         message = "refused: this undo needs approval and none stands for what would run"
         _refused(saga, step, message, rows)

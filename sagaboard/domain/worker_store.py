@@ -5,7 +5,8 @@ Two costs the approval round trip paid before an undo could start
 task had just read them, and the lease was taken in a commit of its own (on
 PostgreSQL a WAL flush) just before the first transition's commit (another one).
 
-So the first ``load`` is served from the rows the task read, and, when asked to
+So the first ``load`` is served from the rows the task read (and the store knows the
+saga from them: its first write reads nothing either), and, when asked to
 (``lazy_lease``), the lease is taken by the first transition's own write. That is
 safe only when nobody held the lease and no undo is in flight: the engine's first
 side effect is then that transition (an undo starts after its COMPENSATING
@@ -51,6 +52,7 @@ class WorkerStore(DjangoStore):
         if rows is None or rows[0].saga_id != saga_id:
             return super().load(saga_id)
         saga, steps = rows
+        self.remember(saga, steps)  # the first write need not read them again either
         return SagaSnapshot(saga_record(saga), tuple(step_snapshot(s) for s in steps))
 
     def acquire_lease(
