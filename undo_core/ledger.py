@@ -55,11 +55,20 @@ __all__ = [
 
 log = logging.getLogger("undo_core")
 
-# Each record's own generated constructor, called by keyword without going through
-# ``type.__call__``: a transition makes three records, and this halves their cost.
-_new_record = SagaRecord.__new__
-_new_event = SagaEvent.__new__
-_new_change = SagaChange.__new__
+# The records a transition makes are built positionally with ``tuple.__new__`` (a
+# keyword call costs three times as much, and a transition makes three of them). The
+# field orders they rely on are pinned here, so adding a field fails at import, not
+# silently at run time.
+_tuple = tuple.__new__
+assert SagaRecord._fields == (
+    "id", "name", "status", "created_at", "updated_at", "seq", "next_step_number", "options",
+    "state", "failed_step", "lease_owner", "lease_expires_at",
+)  # fmt: skip
+assert SagaEvent._fields == (
+    "saga_id", "saga_name", "seq", "kind", "to_state", "from_state", "at", "step_id",
+    "tool_name", "actor", "detail",
+)  # fmt: skip
+assert SagaChange._fields == ("saga", "step", "event")
 
 Listener = Callable[[SagaEvent], None]
 
@@ -210,7 +219,7 @@ class Ledger:
         snap = None
         if step is not None:
             snap = step.last = step.snapshot()
-        change = _new_change(SagaChange, saga=record, step=snap, event=event)
+        change = _tuple(SagaChange, (record, snap, event))
         check_change(self.record if self.started else None, before, change, steps=self.steps)
         self.store.apply(change)
         if not self.listeners:
@@ -237,21 +246,23 @@ class Ledger:
         expires = r.lease_expires_at
         if expires is None or r.lease_owner != self.owner or expires < now + self._half_lease:
             expires = now + self._lease  # renew once half the lease is spent
-        return _new_record(
+        return _tuple(
             SagaRecord,
-            id=r.id,
-            name=r.name,
-            status=r.status if status is None else status,
-            created_at=r.created_at,
-            updated_at=now,
-            seq=r.seq + 1,
-            next_step_number=r.next_step_number if next_step_number is None else next_step_number,
-            options=r.options,
-            state=r.state,
-            failed_step=r.failed_step if failed_step is None else failed_step,
-            # Every write (re)claims the lease: fencing refuses a stale owner.
-            lease_owner=self.owner,
-            lease_expires_at=expires,
+            (
+                r.id,
+                r.name,
+                r.status if status is None else status,
+                r.created_at,
+                now,
+                r.seq + 1,
+                r.next_step_number if next_step_number is None else next_step_number,
+                r.options,
+                r.state,
+                r.failed_step if failed_step is None else failed_step,
+                # Every write (re)claims the lease: fencing refuses a stale owner.
+                self.owner,
+                expires,
+            ),
         )
 
     def event(
@@ -266,19 +277,21 @@ class Ledger:
         detail: str | None = None,
     ) -> SagaEvent:
         """The event that tells listeners and stores about one change."""
-        return _new_event(
+        return _tuple(
             SagaEvent,
-            saga_id=record.id,
-            saga_name=record.name,
-            seq=record.seq,
-            kind=kind,
-            to_state=to_state,
-            from_state=from_state,
-            at=record.updated_at,
-            step_id=step.id if step else None,
-            tool_name=step.tool_name if step else None,
-            actor=actor or self.actor,
-            detail=detail,
+            (
+                record.id,
+                record.name,
+                record.seq,
+                kind,
+                to_state,
+                from_state,
+                record.updated_at,
+                None if step is None else step.id,
+                None if step is None else step.tool_name,
+                actor or self.actor,
+                detail,
+            ),
         )
 
     def start(self) -> None:
