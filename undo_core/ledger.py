@@ -37,7 +37,13 @@ from .records import (
     StepSnapshot,
 )
 from .rules import check_change, is_unsettled
-from .states import SagaStatus, StepState, check_saga_transition, check_step_transition
+from .states import (
+    STEP_TRANSITIONS,
+    SagaStatus,
+    StepState,
+    check_saga_transition,
+    check_step_transition,
+)
 from .steps import StepRow, describe
 from .storage import SagaChange, SagaStore
 from .tools import Tool
@@ -337,7 +343,8 @@ class Ledger:
         the step can no longer be stored): then memory moves on and the result
         carries the store's error.
         """
-        check_step_transition(step.state, state, step_id=step.id)
+        if state not in STEP_TRANSITIONS[step.state]:
+            check_step_transition(step.state, state, step_id=step.id)
         previous = {name: getattr(step, name) for name in fields} if fields else None
         before, before_completed = step.state, step.completed_at
         stored = step.last if step.last is not None else step.snapshot()

@@ -23,6 +23,8 @@ __all__ = ["AsyncSaga", "Saga"]
 
 # Outputs that cannot be awaitables: skip the (slow, ABC-based) isawaitable check.
 _PLAIN = frozenset({type(None), dict, list, tuple, str, bytes, int, float, bool})
+_tuple = tuple.__new__  # an Outcome per call, built positionally (fields: value, error)
+assert Outcome._fields == ("value", "error")
 
 
 def _call_with_timeout(call: Call) -> Any:
@@ -80,7 +82,7 @@ class Saga(SagaCore):
             if inspect.iscoroutine(value):
                 value.close()
             return Outcome(error=TypeError(f"{effect!r} returned an awaitable; use AsyncSaga"))
-        return Outcome(value)
+        return _tuple(Outcome, (value, None))
 
     def execute(
         self,
