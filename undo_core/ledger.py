@@ -44,7 +44,7 @@ from .states import (
     check_saga_transition,
     check_step_transition,
 )
-from .steps import StepRow, describe
+from .steps import StepRow, describe, snapshot_values
 from .storage import SagaChange, SagaStore
 from .tools import Tool
 
@@ -224,7 +224,7 @@ class Ledger:
         """
         snap = None
         if step is not None:
-            snap = step.last = step.snapshot()
+            snap = step.last = _tuple(StepSnapshot, snapshot_values(step))  # step.snapshot()
         change = _tuple(SagaChange, (record, snap, event))
         check_change(self.record if self.started else None, before, change, steps=self.steps)
         self.store.apply(change)

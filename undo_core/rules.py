@@ -369,7 +369,8 @@ def _step_event(
             "runs only while it is COMPENSATING or ROLLBACK_FAILED",
         )  # fmt: skip
     _check_identity(step, snap)
-    _check_attempts(step, snap, appending=step.state == StepState.COMPENSATING)
+    if snap.compensation_attempts is not step.compensation_attempts:
+        _check_attempts(step, snap, appending=step.state == StepState.COMPENSATING)
 
 
 def _new_step(

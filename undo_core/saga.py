@@ -72,7 +72,11 @@ class Saga(SagaCore):
             if isinstance(effect, Ask):
                 value = effect.question(effect.request)
             elif effect.span is None:
-                value = _call_with_timeout(effect)
+                # A call without a deadline (the common case) runs here, with no extra frame.
+                if effect.timeout is None:
+                    value = effect.fn(*effect.args)
+                else:
+                    value = _call_with_timeout(effect)
             else:
                 with tracing.current(effect.span):
                     value = _call_with_timeout(effect)
