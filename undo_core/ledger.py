@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -102,9 +101,20 @@ SAVED = Recorded()
 # ---------------------------------------------------------------- the lease
 
 
+_process_name: tuple[int, str] = (-1, "")
+"""(pid, ``"host:pid"``) of this process, asked of the system once (again after a fork)."""
+
+
 def default_owner() -> str:
-    """A lease owner id naming this host and process, so recovery can tell if it died."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """A lease owner id naming this host and process, so recovery can tell if it died.
+
+    Every saga gets its own random nonce: two sagas of one process never share a lease.
+    """
+    global _process_name
+    pid = os.getpid()
+    if _process_name[0] != pid:  # a forked child names itself, not its parent
+        _process_name = (pid, f"{socket.gethostname()}:{pid}")
+    return f"{_process_name[1]}:{os.urandom(4).hex()}"
 
 
 def _pid_alive(pid: int) -> bool:

@@ -10,6 +10,8 @@ field, the rules still refuse what they refused, and the JSON is the same.
 from __future__ import annotations
 
 import json
+import os
+import socket
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -147,3 +149,13 @@ def test_a_tool_names_its_calls_once() -> None:
     tool = define_tool("named", lambda x: x, lambda out, x: None)
     assert (tool.execute_what, tool.undo_what) == ("named.execute", "named.undo")
     assert "execute_what" not in repr(tool)
+
+
+def test_each_saga_has_its_own_lease_owner_naming_this_host_and_process() -> None:
+    first, second = Saga("one"), Saga("two")
+    owners = {first.record.lease_owner, second.record.lease_owner}
+    assert len(owners) == 2
+    for owner in owners:
+        assert owner is not None
+        host, pid, nonce = owner.split(":")
+        assert (host, int(pid)) == (socket.gethostname(), os.getpid()) and len(nonce) == 8
