@@ -192,6 +192,10 @@ class Ledger:
         self.listeners = listeners
         self._lease = lease
         self._half_lease = lease / 2
+        self._held_until: datetime | None = None
+        """The lease expiry this process last wrote (compared by identity)."""
+        self._renew_at = datetime.min
+        """When that lease is half spent and the next change renews it (set with the above)."""
         self.steps: list[StepRow] = []
         self.by_id: dict[str, StepRow] = {}
         self.started = False
@@ -260,8 +264,12 @@ class Ledger:
         now = self.clock.now()
         r = self.record
         expires = r.lease_expires_at
-        if expires is None or r.lease_owner != self.owner or expires < now + self._half_lease:
-            expires = now + self._lease  # renew once half the lease is spent
+        held = expires is not None and expires is self._held_until and r.lease_owner == self.owner
+        if not held or now >= self._renew_at:
+            if expires is None or r.lease_owner != self.owner or expires < now + self._half_lease:
+                expires = now + self._lease  # renew once half the lease is spent
+            # Remembered, so the next changes compare one time instead of adding two.
+            self._held_until, self._renew_at = expires, expires - self._half_lease
         return _tuple(
             SagaRecord,
             (
