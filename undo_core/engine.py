@@ -81,8 +81,10 @@ class SagaCore:
             )
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ValueError("saga name must be a non-empty string or None")
-        if store is not None and not all(
-            callable(getattr(store, m, None)) for m in ("apply", "load", "acquire_lease")
+        if store is not None and not (
+            callable(getattr(store, "apply", None))
+            and callable(getattr(store, "load", None))
+            and callable(getattr(store, "acquire_lease", None))
         ):
             raise TypeError(f"store must implement SagaStore, got {type(store).__name__}")
         if approval_policy is not None and not callable(approval_policy):

@@ -61,6 +61,14 @@ log = logging.getLogger("undo_core")
 
 CompensationFailureMode = Literal["continue", "halt"]
 
+# Effects and attempts made on every step are built positionally (a keyword call of a
+# named tuple costs three times as much); the field orders are pinned here.
+_tuple = tuple.__new__
+assert Call._fields == ("fn", "args", "timeout", "what", "span")
+assert CompensationAttempt._fields == (
+    "number", "started_at", "finished_at", "outcome", "error", "actor",
+)  # fmt: skip
+
 
 def check_tool(tool: object) -> Tool:
     """``tool`` itself, once it is known to be a :class:`Tool`."""
@@ -260,12 +268,8 @@ class Flows:
             args: tuple[Any, ...] = (input, context)
         else:
             args = (input,)
-        outcome = yield Call(
-            fn=tool.execute,
-            args=args,
-            timeout=tool.execute_timeout,
-            what=f"{tool.name}.execute",
-            span=span,
+        outcome = yield _tuple(
+            Call, (tool.execute, args, tool.execute_timeout, tool.execute_what, span)
         )
         assert outcome is not None
         if trace is not None:
@@ -567,24 +571,14 @@ class Flows:
             started = clock.now()
             trace = self.trace
             span = None if trace is None else trace.undo(tool.name, step.id, step.metadata, number)
-            outcome = yield Call(
-                fn=tool.undo,
-                args=args,
-                timeout=tool.undo_timeout,
-                what=f"{tool.name}.undo",
-                span=span,
-            )
+            outcome = yield _tuple(Call, (tool.undo, args, tool.undo_timeout, tool.undo_what, span))
             assert outcome is not None
             if trace is not None:
                 trace.finish(span, outcome.error)
             if outcome.error is None:
-                attempt = CompensationAttempt(
-                    number=number,
-                    started_at=started,
-                    finished_at=clock.now(),
-                    outcome=AttemptOutcome.SUCCEEDED,
-                    error=None,
-                    actor=actor,
+                attempt = _tuple(
+                    CompensationAttempt,
+                    (number, started, clock.now(), AttemptOutcome.SUCCEEDED, None, actor),
                 )
                 recorded = recorded.then(
                     ledger.step_to(

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -37,8 +36,14 @@ from .records import (
     StepSnapshot,
 )
 from .rules import check_change, is_unsettled
-from .states import SagaStatus, StepState, check_saga_transition, check_step_transition
-from .steps import StepRow, describe
+from .states import (
+    STEP_TRANSITIONS,
+    SagaStatus,
+    StepState,
+    check_saga_transition,
+    check_step_transition,
+)
+from .steps import StepRow, describe, snapshot_values
 from .storage import SagaChange, SagaStore
 from .tools import Tool
 
@@ -55,11 +60,20 @@ __all__ = [
 
 log = logging.getLogger("undo_core")
 
-# Each record's own generated constructor, called by keyword without going through
-# ``type.__call__``: a transition makes three records, and this halves their cost.
-_new_record = SagaRecord.__new__
-_new_event = SagaEvent.__new__
-_new_change = SagaChange.__new__
+# The records a transition makes are built positionally with ``tuple.__new__`` (a
+# keyword call costs three times as much, and a transition makes three of them). The
+# field orders they rely on are pinned here, so adding a field fails at import, not
+# silently at run time.
+_tuple = tuple.__new__
+assert SagaRecord._fields == (
+    "id", "name", "status", "created_at", "updated_at", "seq", "next_step_number", "options",
+    "state", "failed_step", "lease_owner", "lease_expires_at",
+)  # fmt: skip
+assert SagaEvent._fields == (
+    "saga_id", "saga_name", "seq", "kind", "to_state", "from_state", "at", "step_id",
+    "tool_name", "actor", "detail",
+)  # fmt: skip
+assert SagaChange._fields == ("saga", "step", "event")
 
 Listener = Callable[[SagaEvent], None]
 
@@ -87,9 +101,20 @@ SAVED = Recorded()
 # ---------------------------------------------------------------- the lease
 
 
+_process_name: tuple[int, str] = (-1, "")
+"""(pid, ``"host:pid"``) of this process, asked of the system once (again after a fork)."""
+
+
 def default_owner() -> str:
-    """A lease owner id naming this host and process, so recovery can tell if it died."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """A lease owner id naming this host and process, so recovery can tell if it died.
+
+    Every saga gets its own random nonce: two sagas of one process never share a lease.
+    """
+    global _process_name
+    pid = os.getpid()
+    if _process_name[0] != pid:  # a forked child names itself, not its parent
+        _process_name = (pid, f"{socket.gethostname()}:{pid}")
+    return f"{_process_name[1]}:{os.urandom(4).hex()}"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -167,6 +192,10 @@ class Ledger:
         self.listeners = listeners
         self._lease = lease
         self._half_lease = lease / 2
+        self._held_until: datetime | None = None
+        """The lease expiry this process last wrote (compared by identity)."""
+        self._renew_at = datetime.min
+        """When that lease is half spent and the next change renews it (set with the above)."""
         self.steps: list[StepRow] = []
         self.by_id: dict[str, StepRow] = {}
         self.started = False
@@ -209,8 +238,8 @@ class Ledger:
         """
         snap = None
         if step is not None:
-            snap = step.last = step.snapshot()
-        change = _new_change(SagaChange, saga=record, step=snap, event=event)
+            snap = step.last = _tuple(StepSnapshot, snapshot_values(step))  # step.snapshot()
+        change = _tuple(SagaChange, (record, snap, event))
         check_change(self.record if self.started else None, before, change, steps=self.steps)
         self.store.apply(change)
         if not self.listeners:
@@ -235,23 +264,29 @@ class Ledger:
         now = self.clock.now()
         r = self.record
         expires = r.lease_expires_at
-        if expires is None or r.lease_owner != self.owner or expires < now + self._half_lease:
-            expires = now + self._lease  # renew once half the lease is spent
-        return _new_record(
+        held = expires is not None and expires is self._held_until and r.lease_owner == self.owner
+        if not held or now >= self._renew_at:
+            if expires is None or r.lease_owner != self.owner or expires < now + self._half_lease:
+                expires = now + self._lease  # renew once half the lease is spent
+            # Remembered, so the next changes compare one time instead of adding two.
+            self._held_until, self._renew_at = expires, expires - self._half_lease
+        return _tuple(
             SagaRecord,
-            id=r.id,
-            name=r.name,
-            status=r.status if status is None else status,
-            created_at=r.created_at,
-            updated_at=now,
-            seq=r.seq + 1,
-            next_step_number=r.next_step_number if next_step_number is None else next_step_number,
-            options=r.options,
-            state=r.state,
-            failed_step=r.failed_step if failed_step is None else failed_step,
-            # Every write (re)claims the lease: fencing refuses a stale owner.
-            lease_owner=self.owner,
-            lease_expires_at=expires,
+            (
+                r.id,
+                r.name,
+                r.status if status is None else status,
+                r.created_at,
+                now,
+                r.seq + 1,
+                r.next_step_number if next_step_number is None else next_step_number,
+                r.options,
+                r.state,
+                r.failed_step if failed_step is None else failed_step,
+                # Every write (re)claims the lease: fencing refuses a stale owner.
+                self.owner,
+                expires,
+            ),
         )
 
     def event(
@@ -266,19 +301,21 @@ class Ledger:
         detail: str | None = None,
     ) -> SagaEvent:
         """The event that tells listeners and stores about one change."""
-        return _new_event(
+        return _tuple(
             SagaEvent,
-            saga_id=record.id,
-            saga_name=record.name,
-            seq=record.seq,
-            kind=kind,
-            to_state=to_state,
-            from_state=from_state,
-            at=record.updated_at,
-            step_id=step.id if step else None,
-            tool_name=step.tool_name if step else None,
-            actor=actor or self.actor,
-            detail=detail,
+            (
+                record.id,
+                record.name,
+                record.seq,
+                kind,
+                to_state,
+                from_state,
+                record.updated_at,
+                None if step is None else step.id,
+                None if step is None else step.tool_name,
+                actor or self.actor,
+                detail,
+            ),
         )
 
     def start(self) -> None:
@@ -324,7 +361,8 @@ class Ledger:
         the step can no longer be stored): then memory moves on and the result
         carries the store's error.
         """
-        check_step_transition(step.state, state, step_id=step.id)
+        if state not in STEP_TRANSITIONS[step.state]:
+            check_step_transition(step.state, state, step_id=step.id)
         previous = {name: getattr(step, name) for name in fields} if fields else None
         before, before_completed = step.state, step.completed_at
         stored = step.last if step.last is not None else step.snapshot()

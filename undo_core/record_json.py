@@ -38,6 +38,8 @@ def time_text(value: datetime | None) -> str | None:
     """A time as ISO 8601 in UTC (a naive time is taken to be UTC already)."""
     if value is None:
         return None
+    if value.tzinfo is UTC:  # the engine's own clock: no conversion to make
+        return value.isoformat()
     aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     return aware.isoformat()
 
@@ -107,18 +109,39 @@ _PLANS: dict[type[Any], _Plan] = {
 }
 
 
+_Writer = tuple[tuple[int, str, _Convert | None], ...]
+_WRITERS: dict[tuple[type[Any], Any], _Writer] = {}
+"""(field index, JSON key, converter) of what one record type writes with one ``skip``."""
+
+
+def _writer(kind: type[Any], skip: Iterable[str]) -> _Writer:
+    if not isinstance(skip, tuple | frozenset):
+        skip = tuple(skip)
+    key = (kind, skip)
+    writer = _WRITERS.get(key)
+    if writer is None:
+        left_out = frozenset(skip)
+        writer = tuple(
+            (index, json_key, to_json)
+            for index, (name, json_key, to_json) in enumerate(_PLANS[kind].fields)
+            if name not in left_out
+        )
+        if len(_WRITERS) < 256:  # callers skip a few constant sets; never grow without bound
+            _WRITERS[key] = writer
+    return writer
+
+
 def record_json(record: NamedTuple, skip: Iterable[str] = ()) -> dict[str, Any]:
     """The record as a JSON-ready object (values not yet checked: see ``undo_core.serialize``).
 
     ``skip`` names fields left out (by field name), e.g. the lease, which no
-    event log carries.
+    event log carries. Which fields to write, and how, is worked out once per
+    record type and ``skip`` (stores write one record a transition).
     """
-    left_out = frozenset(skip)
-    out: dict[str, Any] = {}
-    for (name, key, to_json), value in zip(_PLANS[type(record)].fields, record, strict=True):
-        if name not in left_out:
-            out[key] = value if to_json is None else to_json(value)
-    return out
+    return {
+        key: record[index] if to_json is None else to_json(record[index])
+        for index, key, to_json in _writer(type(record), skip)
+    }
 
 
 def record_from_json[R: tuple[Any, ...]](record: type[R], data: Mapping[str, Any]) -> R:

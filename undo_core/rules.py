@@ -178,8 +178,19 @@ def check_change(
                 "unknown_saga", "saga.id", f"saga {record.id!r} is unknown: its first event must "
                 "create it",
             )  # fmt: skip
-    else:
-        _check_saga_fields(saga, record, event)
+    elif not (
+        # The engine's own moves: the same name, birth and options objects, a later seq,
+        # the same status (unless a saga event), next step and failed step, or later ones.
+        record.seq > saga.seq
+        and record.name is saga.name
+        and record.created_at is saga.created_at
+        and record.options is saga.options
+        and record.next_step_number >= saga.next_step_number
+        and (saga.failed_step is None or record.failed_step is saga.failed_step)
+        and (record.status is saga.status or event.kind == EventKind.SAGA)
+        and not (event.kind == EventKind.SAGA and event.from_state is None)
+    ):
+        _check_saga_fields(saga, record, event)  # the same rules, field by field, with names
     kind = event.kind
     if kind == EventKind.SAGA:
         _saga_event(saga, record, snap, event, steps)
@@ -194,6 +205,16 @@ def check_change(
         _checkpoint_event(saga, record, snap, event)
     else:
         raise _refuse("validation_error", "event.kind", f"unknown event kind {kind!r}")
+    # The event must describe the change it comes with (the log shows its names).
+    if snap is None:
+        if event.saga_id is record.id and event.step_id is None and event.tool_name is None:
+            return  # the engine's own saga events carry the very same objects
+    elif (
+        event.saga_id is record.id
+        and event.step_id is snap.id
+        and event.tool_name is snap.tool_name
+    ):
+        return  # the engine's own step events carry the very same objects
     _check_event(record, snap, event)
 
 
@@ -322,11 +343,13 @@ def _step_event(
     steps: Collection[StepView],
     max_steps: int | None,
 ) -> None:
-    snap = _carried_step(snap, event, "a step event needs its step")
+    if snap is None or event.to_state != snap.state:
+        snap = _carried_step(snap, event, "a step event needs its step")
     if event.from_state is None:
         _new_step(saga, step, snap, steps, max_steps)
         return
-    step = _moved_step(step, snap, event)
+    if step is None or event.from_state != step.state:
+        step = _moved_step(step, snap, event)
     if snap.state not in STEP_TRANSITIONS[step.state]:  # the table (its error, its words)
         check_step_transition(step.state, snap.state, step_id=snap.id)
     if step.state == StepState.PENDING:
@@ -346,7 +369,8 @@ def _step_event(
             "runs only while it is COMPENSATING or ROLLBACK_FAILED",
         )  # fmt: skip
     _check_identity(step, snap)
-    _check_attempts(step, snap, appending=step.state == StepState.COMPENSATING)
+    if snap.compensation_attempts is not step.compensation_attempts:
+        _check_attempts(step, snap, appending=step.state == StepState.COMPENSATING)
 
 
 def _new_step(
@@ -380,11 +404,14 @@ def _new_step(
 def _check_identity(step: StepSnapshot, snap: StepSnapshot) -> None:
     # One tuple comparison first (the engine's own moves carry the very same objects);
     # the field at fault, and JSON exactness (``1`` is not ``true``), only past it.
-    if _IDENTITY_OF(snap) != _IDENTITY_OF(step) or not _same(snap.input, step.input):
+    if _IDENTITY_OF(snap) != _IDENTITY_OF(step) or (
+        snap.input is not step.input and not _same(snap.input, step.input)
+    ):
         name = next(n for n in IDENTITY if not _same(getattr(snap, n), getattr(step, n)))
         raise _refuse("fixed_field", f"step.{name}", f"step {snap.id!r}: its {name} never changes")
     if step.state != StepState.PENDING and (
-        snap.completed_at != step.completed_at or not _same(snap.output, step.output)
+        snap.completed_at != step.completed_at
+        or (snap.output is not step.output and not _same(snap.output, step.output))
     ):
         name = "completed_at" if snap.completed_at != step.completed_at else "output"
         raise _refuse(

@@ -23,6 +23,8 @@ __all__ = ["AsyncSaga", "Saga"]
 
 # Outputs that cannot be awaitables: skip the (slow, ABC-based) isawaitable check.
 _PLAIN = frozenset({type(None), dict, list, tuple, str, bytes, int, float, bool})
+_tuple = tuple.__new__  # an Outcome per call, built positionally (fields: value, error)
+assert Outcome._fields == ("value", "error")
 
 
 def _call_with_timeout(call: Call) -> Any:
@@ -70,7 +72,11 @@ class Saga(SagaCore):
             if isinstance(effect, Ask):
                 value = effect.question(effect.request)
             elif effect.span is None:
-                value = _call_with_timeout(effect)
+                # A call without a deadline (the common case) runs here, with no extra frame.
+                if effect.timeout is None:
+                    value = effect.fn(*effect.args)
+                else:
+                    value = _call_with_timeout(effect)
             else:
                 with tracing.current(effect.span):
                     value = _call_with_timeout(effect)
@@ -80,7 +86,7 @@ class Saga(SagaCore):
             if inspect.iscoroutine(value):
                 value.close()
             return Outcome(error=TypeError(f"{effect!r} returned an awaitable; use AsyncSaga"))
-        return Outcome(value)
+        return _tuple(Outcome, (value, None))
 
     def execute(
         self,

@@ -49,6 +49,9 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 _MAX_DEPTH = 200  # deeper than any store or sagaboard takes (its default limit is 32)
 
+# One encoder for every call: ``json.dumps`` with options builds a new one each time.
+_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
 
 def json_text(value: Any) -> str:
     """``value`` as compact JSON text every store can keep; ``ValueError``/``TypeError`` if not.
@@ -58,7 +61,7 @@ def json_text(value: Any) -> str:
     it (``UnicodeEncodeError`` is a ``ValueError``), and costs nothing for ASCII.
     """
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _encode(value)
     except RecursionError as err:
         raise ValueError(f"nested deeper than Python can encode: {err}") from err
     if not text.isascii():

@@ -63,8 +63,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS undo_journal_saga_seq ON undo_journal (saga_id
 
 _FENCE = """
 SELECT lease_owner, lease_expires_at,
-       (SELECT MAX(seq) FROM undo_journal WHERE saga_id = :id)
-FROM undo_sagas WHERE id = :id
+       (SELECT MAX(seq) FROM undo_journal WHERE saga_id = ?1)
+FROM undo_sagas WHERE id = ?1
 """
 
 _UPSERT_SAGA = """
@@ -97,6 +97,8 @@ _STEP_MOVES = (*MOVABLE, "compensation_attempts")
 """What a step's later journal rows carry: what may change after its creation (undo_core.rules)."""
 _FIXED = tuple(name for name in StepSnapshot._fields if name not in _STEP_MOVES)
 """Written once, in the row that adds the step (its id is the row's ``step_id`` column)."""
+_FIXED_NO_OUTPUT = (*_FIXED, "output")
+_NEW_SKIPS: tuple[str, ...] = ("id",)
 
 
 def _step_json(s: StepSnapshot, *, new: bool) -> str:
@@ -104,9 +106,12 @@ def _step_json(s: StepSnapshot, *, new: bool) -> str:
 
     The output is fixed once the step completes, so only the row that completes it carries it.
     """
-    skip: tuple[str, ...] = ("id",) if new else _FIXED
-    if not new and s.state is not StepState.COMPLETED:
-        skip += ("output",)
+    if new:
+        skip = _NEW_SKIPS
+    elif s.state is StepState.COMPLETED:
+        skip = _FIXED
+    else:
+        skip = _FIXED_NO_OUTPUT
     return json_text(record_json(s, skip=skip))
 
 
@@ -133,6 +138,7 @@ class SQLiteStore:
             self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
             self._db.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
             self._db.executescript(_SCHEMA)
+            self._writer = self._db.cursor()
         except sqlite3.Error as err:
             raise StoreError(f"cannot open SQLite store {self.path!r}: {err}") from err
 
@@ -157,7 +163,7 @@ class SQLiteStore:
             raise unstorable(change, err) from err
         r = change.saga
         with self._lock:
-            db = self._db
+            db = self._writer  # one cursor for every write: no cursor made per statement
             try:
                 db.execute("BEGIN IMMEDIATE")
                 try:
@@ -208,9 +214,9 @@ class SQLiteStore:
         _storable_columns((*journal_row, r.lease_owner))  # the lease: renewed on step changes
         return saga_row, journal_row
 
-    def _fence_and_lease(self, db: sqlite3.Connection, r: SagaRecord, step_only: bool) -> None:
+    def _fence_and_lease(self, db: sqlite3.Cursor, r: SagaRecord, step_only: bool) -> None:
         """Refuse a stale writer; store the lease when the engine renewed it."""
-        row = db.execute(_FENCE, {"id": r.id}).fetchone()
+        row = db.execute(_FENCE, (r.id,)).fetchone()
         if row is None:
             if step_only:
                 raise StoreError(f"saga {r.id!r} is not in the store")

@@ -13,10 +13,10 @@ from .serialize import safe_text
 from .states import StepState
 from .tools import Tool
 
-__all__ = ["StepRow", "describe"]
+__all__ = ["StepRow", "describe", "snapshot_values"]
 
 # The snapshot's fields read from the row by name: a row has an attribute for each.
-_snapshot_values = operator.attrgetter(*StepSnapshot._fields)
+snapshot_values = operator.attrgetter(*StepSnapshot._fields)
 
 
 @dataclass(slots=True)
@@ -55,7 +55,7 @@ class StepRow:
         Built straight from the attribute values (no keyword call): the engine takes
         one per transition, on its hot path.
         """
-        return tuple.__new__(StepSnapshot, _snapshot_values(self))
+        return tuple.__new__(StepSnapshot, snapshot_values(self))
 
     @classmethod
     def restore(cls, snap: StepSnapshot, tool: Tool | None) -> StepRow:

@@ -132,19 +132,20 @@ class MemoryStore:
         self._requests: dict[str, RollbackRequest] = {}
 
     def apply(self, change: SagaChange) -> None:
-        saga_id = change.saga.id
+        saga, step, event = change
+        saga_id = saga.id
         with self._lock:
             current = self._sagas.get(saga_id)
-            if current is not None and (
-                current.lease_owner != change.saga.lease_owner or change.saga.seq <= current.seq
-            ):
-                _check_fence(current, change.saga)
-            self._sagas[saga_id] = change.saga
-            steps = self._steps.setdefault(saga_id, {})
-            if change.step is not None:
-                steps[change.step.id] = change.step
+            if current is None:
+                self._steps[saga_id] = {}
+                self._events[saga_id] = []
+            elif current.lease_owner != saga.lease_owner or saga.seq <= current.seq:
+                _check_fence(current, saga)
+            self._sagas[saga_id] = saga
+            if step is not None:
+                self._steps[saga_id][step.id] = step
             if self._keep_events:
-                self._events.setdefault(saga_id, []).append(change.event)
+                self._events[saga_id].append(event)
 
     def load(self, saga_id: str) -> SagaSnapshot | None:
         with self._lock:

@@ -92,10 +92,16 @@ class Tool:
 
     is_async: bool = field(init=False)
     """True when ``execute`` or ``undo`` is a coroutine function (computed once)."""
+    execute_what: str = field(init=False, repr=False, compare=False)
+    """``"<name>.execute"``, how errors name the call (made once, not per step)."""
+    undo_what: str = field(init=False, repr=False, compare=False)
+    """``"<name>.undo"``."""
 
     def __post_init__(self) -> None:
         is_async = _is_async(self.execute) or (self.undo is not None and _is_async(self.undo))
         object.__setattr__(self, "is_async", is_async)
+        object.__setattr__(self, "execute_what", f"{self.name}.execute")
+        object.__setattr__(self, "undo_what", f"{self.name}.undo")
 
     @property
     def has_undo(self) -> bool:
