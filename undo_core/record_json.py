@@ -16,6 +16,8 @@ a record reaches every boundary with no copying code:
 
 from __future__ import annotations
 
+import functools
+import operator
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -38,7 +40,14 @@ def time_text(value: datetime | None) -> str | None:
     """A time as ISO 8601 in UTC (a naive time is taken to be UTC already)."""
     if value is None:
         return None
-    if value.tzinfo is UTC:  # the engine's own clock: no conversion to make
+    return _utc_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _utc_text(value: datetime) -> str:
+    # Cached: a saga's times recur in every event of it (the SDK sends some seven times
+    # an event). Equal aware times are one instant, whose UTC text is one text.
+    if value.tzinfo is UTC:
         return value.isoformat()
     aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     return aware.isoformat()
@@ -109,39 +118,46 @@ _PLANS: dict[type[Any], _Plan] = {
 }
 
 
-_Writer = tuple[tuple[int, str, _Convert | None], ...]
-_WRITERS: dict[tuple[type[Any], Any], _Writer] = {}
-"""(field index, JSON key, converter) of what one record type writes with one ``skip``."""
-
-
-def _writer(kind: type[Any], skip: Iterable[str]) -> _Writer:
-    if not isinstance(skip, tuple | frozenset):
-        skip = tuple(skip)
-    key = (kind, skip)
-    writer = _WRITERS.get(key)
-    if writer is None:
-        left_out = frozenset(skip)
-        writer = tuple(
-            (index, json_key, to_json)
-            for index, (name, json_key, to_json) in enumerate(_PLANS[kind].fields)
-            if name not in left_out
-        )
-        if len(_WRITERS) < 256:  # callers skip a few constant sets; never grow without bound
-            _WRITERS[key] = writer
-    return writer
-
-
 def record_json(record: NamedTuple, skip: Iterable[str] = ()) -> dict[str, Any]:
     """The record as a JSON-ready object (values not yet checked: see ``undo_core.serialize``).
 
     ``skip`` names fields left out (by field name), e.g. the lease, which no
-    event log carries. Which fields to write, and how, is worked out once per
-    record type and ``skip`` (stores write one record a transition).
+    event log carries.
     """
-    return {
-        key: record[index] if to_json is None else to_json(record[index])
-        for index, key, to_json in _writer(type(record), skip)
-    }
+    keys, pick, converted = _writer(type(record), tuple(skip))
+    out = dict(zip(keys, pick(record), strict=True))
+    for key, index, to_json in converted:
+        value = record[index]
+        # Most converted fields are texts that might be a StrEnum member: a plain str
+        # (or None) is sent as it is without a call.
+        if not (to_json is _enum_value and (type(value) is str or value is None)):
+            out[key] = to_json(value)
+    return out
+
+
+_Converted = tuple[tuple[str, int, _Convert], ...]
+_Writer = tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]], _Converted]
+
+
+@functools.cache
+def _writer(record: type[Any], skip: tuple[str, ...]) -> _Writer:
+    """``record_json``'s work for one record type and ``skip``, worked out once: the kept
+    keys and a reader of all their values at once (C loops), then the fields to convert.
+    The SDK encodes three records an event, so this is most of its CPU per event."""
+    kept = [
+        (index, key, to_json)
+        for index, (name, key, to_json) in enumerate(_PLANS[record].fields)
+        if name not in skip
+    ]
+    keys = tuple(key for _, key, _ in kept)
+    indexes = [index for index, _, _ in kept]
+    if len(indexes) == 1:
+        only = indexes[0]
+        pick: Callable[[Any], tuple[Any, ...]] = lambda r: (r[only],)  # noqa: E731
+    else:
+        pick = operator.itemgetter(*indexes)
+    converted = tuple((key, index, to_json) for index, key, to_json in kept if to_json)
+    return keys, pick, converted
 
 
 def record_from_json[R: tuple[Any, ...]](record: type[R], data: Mapping[str, Any]) -> R:

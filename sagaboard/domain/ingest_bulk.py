@@ -116,9 +116,13 @@ def _converter(field: Any) -> Callable[[Any], Any] | None:
         if connection.vendor != "sqlite":
             return lambda value: None if value is None else adapt(value)
 
+        @functools.lru_cache(maxsize=1024)
         def sqlite_datetime(value: Any) -> Any:
             # What Django stores on SQLite: naive UTC as text. A UTC value (all of ours)
             # takes the short way; anything else goes through Django's own adapter.
+            # Cached: a batch writes its one server time (received, changed, recorded)
+            # on every row, and an event's times recur in its saga's and step's rows.
+            # Equal aware times are one instant, and both ways write it as naive UTC.
             if value is None:
                 return None
             if value.utcoffset() == _ZERO:

@@ -10,7 +10,9 @@ the enum the record's annotation names; mappings are stored as plain dicts.
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -19,6 +21,7 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 from django.db import models
+from pydantic import BaseModel
 
 from sagaboard.models import JSONTextField
 from undo_core import CompensationAttempt, SagaRecord, StepSnapshot
@@ -49,8 +52,15 @@ def _readers(record: type[NamedTuple]) -> dict[str, Callable[[Any], Any]]:
 _READERS = {record: _readers(record) for record in (SagaRecord, StepSnapshot, CompensationAttempt)}
 
 
+_AS_IS = frozenset({str, int, float, bool, type(None), datetime, list, tuple})
+"""Types a column keeps as they are: one set lookup, not two isinstance checks (Mapping's is
+an ABC's, the slowest kind); ingestion converts some fifty values an event."""
+
+
 def stored(value: Any) -> Any:
     """A record's value as a column keeps it."""
+    if type(value) in _AS_IS:
+        return value
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, Mapping):
@@ -60,12 +70,27 @@ def stored(value: Any) -> Any:
 
 def columns(record: NamedTuple, skip: Iterable[str] = ()) -> dict[str, Any]:
     """The record's fields as ``{column: value}`` (the id, renamed per table, is the caller's)."""
-    left_out = set(skip)
+    names, pick = _kept(record._fields, tuple(skip))
+    as_is = _AS_IS
     return {
-        name: stored(value)
-        for name, value in zip(record._fields, record, strict=True)
-        if name not in left_out
+        name: value if type(value) in as_is else stored(value)
+        for name, value in zip(names, pick(record), strict=True)
     }
+
+
+@functools.cache
+def _kept(
+    fields: tuple[str, ...], skip: tuple[str, ...]
+) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
+    """The fields ``columns`` keeps and a reader of their values, worked out once."""
+    kept = [(i, name) for i, name in enumerate(fields) if name not in skip]
+    names = tuple(name for _, name in kept)
+    if not kept:
+        return names, lambda record: ()
+    if len(kept) == 1:
+        index = kept[0][0]
+        return names, lambda record: (record[index],)
+    return names, operator.itemgetter(*(i for i, _ in kept))
 
 
 def record_from(
@@ -85,12 +110,29 @@ def record_of(record: type[Any], source: Any, **own_rows: Any) -> Any:
     A field ``source`` does not have keeps the record's default (an agent's saga carries no
     lease); fields kept in rows of their own come in ``own_rows``.
     """
-    values = {
-        name: getattr(source, name)
+    if isinstance(source, BaseModel):
+        names, read = _model_fields(record, type(source), frozenset(own_rows))
+        return record(**dict(zip(names, read(source), strict=True)), **own_rows)
+    names = tuple(n for n in record._fields if n not in own_rows and hasattr(source, n))
+    return record(**{name: getattr(source, name) for name in names}, **own_rows)
+
+
+@functools.cache
+def _model_fields(
+    record: type[Any], model: type[BaseModel], own_rows: frozenset[str]
+) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
+    """The record's fields a pydantic model carries, and a reader of them all at once,
+    found once per model class: every instance has the same fields, and asking an
+    instance for one it lacks goes through pydantic's ``__getattr__`` (raising inside),
+    some microseconds each (ingestion reads two records an event)."""
+    names = tuple(
+        name
         for name in record._fields
-        if name not in own_rows and hasattr(source, name)
-    }
-    return record(**values, **own_rows)
+        if name not in own_rows and (name in model.model_fields or hasattr(model, name))
+    )
+    if len(names) == 1:
+        return names, lambda source: (getattr(source, names[0]),)
+    return names, operator.attrgetter(*names)
 
 
 def _raw_value(field: Any) -> Callable[[Any], Any]:

@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from sagaboard.domain import audit, jobs, notifications
@@ -135,19 +135,32 @@ def rollback_requests_for(
     ]
 
 
+_PENDING_COLUMNS = (
+    "saga_id", "status", "project", "rollback_requested_at", "rollback_request_done_at"
+)  # fmt: skip
+
+
 def after_batch(project: Project, saga_ids: Iterable[str]) -> list[dict[str, Any]]:
     """After an agent's batch is stored: close what it carried out, answer what it must hear.
 
-    One query when nothing is pending for these sagas (every batch pays it).
+    One query when nothing is pending for these sagas (every batch pays it: raw SQL, as
+    the ORM's building of it cost a single-event POST a tenth of its time).
     """
-    pending = set(
-        Saga.objects.filter(
-            project=project,
-            saga_id__in=list(saga_ids),
-            rollback_requested_at__isnull=False,
-            rollback_request_done_at__isnull=True,
-        ).values_list("saga_id", "status")
+    ids = list(saga_ids)
+    if not ids:
+        return []
+    meta, quote = Saga._meta, connection.ops.quote_name
+    column = {name: quote(meta.get_field(name).column) for name in _PENDING_COLUMNS}  # type: ignore[union-attr]
+    marks = ", ".join(["%s"] * len(ids))
+    sql = (
+        f"SELECT {column['saga_id']}, {column['status']} FROM {quote(meta.db_table)} "
+        f"WHERE {column['project']} = %s AND {column['saga_id']} IN ({marks}) "
+        f"AND {column['rollback_requested_at']} IS NOT NULL "
+        f"AND {column['rollback_request_done_at']} IS NULL"
     )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [project.pk, *ids])
+        pending = {(saga_id, status) for saga_id, status in cursor.fetchall()}
     if not pending:
         return []
     ended = [sid for sid, status in pending if status != SagaStatus.IN_PROGRESS]
