@@ -74,7 +74,7 @@ class _Upstream(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     name = ""
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         body = json.dumps(
             {
                 "who": self.server.name,  # type: ignore[attr-defined]
@@ -89,7 +89,7 @@ class _Upstream(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    do_POST = do_GET  # noqa: N815
+    do_POST = do_GET
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -137,9 +137,7 @@ def test_nginx_with_the_shipped_config_sends_ws_to_live_and_the_rest_to_web(
 
 def _procfile() -> dict[str, str]:
     lines = (ROOT / "Procfile").read_text().splitlines()
-    return dict(
-        line.split(": ", 1) for line in lines if line.strip() and not line.startswith("#")
-    )
+    return dict(line.split(": ", 1) for line in lines if line.strip() and not line.startswith("#"))
 
 
 def test_the_procfile_serves_http_over_wsgi_and_websockets_over_asgi() -> None:
@@ -267,3 +265,32 @@ def test_the_wsgi_entry_point_serves_the_api_and_never_starts_a_relay(settings: 
     body = b"".join(application(environ, lambda status, headers: seen.append(status)))
     assert seen[0].startswith("200") and b'"openapi"' in body
     assert not relay._relays  # the relay starts only with a websocket (the live process)
+
+
+def _peer(app: Any, peer: str, forwarded: str | None) -> str:
+    environ: dict[str, Any] = {"REMOTE_ADDR": peer}
+    if forwarded is not None:
+        environ["HTTP_X_FORWARDED_FOR"] = forwarded
+    seen: dict[str, str] = {}
+
+    def inner(env: dict[str, Any], start_response: Any) -> list[bytes]:
+        seen["addr"] = env["REMOTE_ADDR"]
+        return []
+
+    app(inner)(environ, lambda *a: None)
+    return seen["addr"]
+
+
+def test_behind_the_proxy_the_client_address_is_the_one_nginx_saw() -> None:
+    from sagaboard.infra.forwarded import ProxiedAddress
+
+    def app(inner: Any) -> Any:
+        return ProxiedAddress(inner, trusted=["127.0.0.1", "::1"])
+
+    assert _peer(app, "127.0.0.1", "203.0.113.7") == "203.0.113.7"
+    # A client's own header is kept by nginx ($proxy_add_x_forwarded_for appends the peer):
+    # only the right-most untrusted entry counts, so it cannot pick its address.
+    assert _peer(app, "127.0.0.1", "10.9.9.9, 203.0.113.7") == "203.0.113.7"
+    # Not from the proxy: the header is the client's own, ignored.
+    assert _peer(app, "198.51.100.2", "203.0.113.7") == "198.51.100.2"
+    assert _peer(app, "127.0.0.1", None) == "127.0.0.1"
