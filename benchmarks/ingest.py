@@ -315,6 +315,15 @@ def _warm_up(servers: list[Server], token: str) -> None:
                     http.post(f"{server.url}/bench/plain/events", content=body.encode())
 
 
+def _start_all(stack: ExitStack, servers: list[Server]) -> None:
+    """Launch every server at once (Django start-ups overlap), then wait for each."""
+    for server in servers:
+        stack.callback(server.stop)
+        server.launch()
+    for server in servers:
+        server.wait_ready(timeout=60)
+
+
 def measure_database(kind: str, runs: int, sizes: Sizes) -> dict[int, Series]:
     """Both web-process counts on one database: web 1 alone, then webs 1 and 2 together."""
     result = {1: Series(), 2: Series()}
@@ -323,14 +332,9 @@ def measure_database(kind: str, runs: int, sizes: Sizes) -> dict[int, Series]:
         db_url = stack.enter_context(temp_database(kind, Path(tmp)))
         began = time.monotonic()
         token = prepare(db_url)
-        servers = [
-            stack.enter_context(Server(db_url, settings="benchmarks.settings", **WEB))
-            for _ in range(2)
-        ]
-        plain = [
-            stack.enter_context(Server(db_url, settings="benchmarks.settings", **PLAIN))
-            for _ in range(2)
-        ]
+        servers = [Server(db_url, settings="benchmarks.settings", **WEB) for _ in range(2)]
+        plain = [Server(db_url, settings="benchmarks.settings", **PLAIN) for _ in range(2)]
+        _start_all(stack, servers + plain)
         _warm_up(servers, token)
         _warm_up(plain, "")
         print(f"  {kind}: ready in {time.monotonic() - began:.1f} s", file=sys.stderr)
@@ -353,11 +357,9 @@ def compare_servers(kind: str, names: list[str], runs: int, sizes: Sizes) -> Non
         db_url = stack.enter_context(temp_database(kind, Path(tmp)))
         token = prepare(db_url)
         servers = {
-            n: stack.enter_context(
-                Server(db_url, settings="benchmarks.settings", **SERVER_OPTIONS[n])
-            )
-            for n in names
+            n: Server(db_url, settings="benchmarks.settings", **SERVER_OPTIONS[n]) for n in names
         }
+        _start_all(stack, list(servers.values()))
         for server in servers.values():
             _warm_up([server], token)
             _warm_up([server], "")
