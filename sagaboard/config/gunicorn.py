@@ -2,12 +2,14 @@
 
 Why WSGI for HTTP: every view and middleware here is sync, and Django's ASGI handler
 runs each of them through a thread hop (about 26 per request); the same code served by
-gunicorn takes 1.8-1.9x the single-event POSTs (benchmarks/commentary.md, "Serving").
+gunicorn took 1.8-1.9x the single-event POSTs when issue 19 measured it (benchmarks/
+commentary.md, "Serving": reproduce with ``python -m benchmarks.ingest --servers ...``).
 Websockets stay on the ASGI server (the ``live`` process, uvicorn), behind the same proxy
 (deploy/nginx.conf routes ``/ws/`` there and everything else here).
 
-One file for every way the web processes start (the Procfile, deploy/systemd, the
-topology test): ``gunicorn -c python:sagaboard.config.gunicorn sagaboard.config.wsgi``.
+One file for every way the web processes start (the Procfile, deploy/systemd, the tests'
+and benchmarks' servers): ``gunicorn -c python:sagaboard.config.gunicorn
+sagaboard.config.wsgi:application``.
 The environment tunes it:
 
     PORT / SAGABOARD_WEB_BIND  where to listen (default 127.0.0.1:${PORT:-8000})
@@ -15,9 +17,10 @@ The environment tunes it:
     SAGABOARD_WEB_WORKER       gunicorn's worker class: gthread (default) or sync
     SAGABOARD_WEB_THREADS      threads per gthread worker (default 4)
 
-gthread, not sync: behind a proxy both are as fast (measured), but a sync worker holds
-one request at a time with no keep-alive (gunicorn.org/design), so one slow client or
-long request stalls a whole process; gthread's threads and keep-alive avoid that.
+gthread, not sync: a sync worker holds one request at a time with no keep-alive
+(gunicorn.org/design), so one slow request stalls a whole process and every request
+opens a connection; gthread's threads and keep-alive avoid both, and it measured at
+least as fast as sync here (benchmarks/commentary.md, "Serving").
 """
 
 from __future__ import annotations

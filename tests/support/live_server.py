@@ -386,8 +386,8 @@ _UPSTREAM = re.compile(r"(upstream (\w+) \{.*?)^(\s*)server 127\.0\.0\.1:\d+;\n"
 
 def render_nginx_site(web: list[int], live: list[int], listen: int, text: str = "") -> str:
     """deploy/nginx.conf with its addresses replaced: the web processes' ports, the live
-    processes' ports and 127.0.0.1:``listen``. Nothing else changes, so the topology test
-    runs the proxy configuration the docs ship."""
+    processes' ports and 127.0.0.1:``listen``. Nothing else changes, so the tests run the
+    proxy configuration the docs ship."""
     text = text or NGINX_CONF.read_text()
     ports = {"sagaboard_web": web, "sagaboard_live": live}
 
