@@ -44,7 +44,16 @@ MODULES = [
 ]
 BASELINE = ROOT / "benchmarks" / "baseline.json"
 COMMENTARY = ROOT / "benchmarks" / "commentary.md"
-PACKAGES = ["Django", "django-ninja", "channels", "channels-redis", "celery", "uvicorn", "psycopg"]
+PACKAGES = [
+    "Django",
+    "django-ninja",
+    "channels",
+    "channels-redis",
+    "celery",
+    "uvicorn",
+    "gunicorn",
+    "psycopg",
+]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,9 @@
 """Ingestion throughput: ``python -m benchmarks.ingest [--runs N] [--quick] [--db sqlite]``.
 
-Starts real sagaboard servers (uvicorn, 127.0.0.1, a throw-away database) per
-database, and measures with one and with two web processes on that database
-(client threads split between them), in every run:
+Starts real sagaboard servers per database (127.0.0.1, a throw-away database), served
+as the Procfile's ``web`` is in production: gunicorn, WSGI, ``sagaboard/config/gunicorn.py``
+(gthread workers), one worker per server; measures with one and with two web processes
+on that database (client threads split between them), in every run:
 
 * single events: ``POST /api/v1/events`` with one transition per request;
 * batch: the same endpoint, 100 events per request;
@@ -17,6 +18,19 @@ doing anything of its own, so the ratio is the share of Django's own request
 cost that sagaboard keeps; batch and SDK figures are compared per event with
 it (how much batching buys). Events/s count client-side acknowledged events.
 
+The floors a Django user would pick (issue 19), in the same runs: a plain django-ninja
+sync endpoint doing one ORM insert of the event (``/bench/plain/event``) and one doing
+``bulk_create`` of a batch of 100 (``/bench/plain/events``), served the usual way,
+gunicorn's sync worker, with one and with two worker processes (two servers of one
+worker each, like the web processes). Those ratios are ``ingest.*.single_plain.*`` and
+``ingest.*.batch_plain.*``; the SDK figure with two web processes carries the issue's
+value aim.
+
+``--servers uvicorn,gunicorn-sync,gunicorn-gthread,granian`` instead compares the ways
+to serve the same code (one process each, same database, interleaved runs) and prints
+each one's single-event and batch rates, and ratios to gunicorn's sync worker: the
+evidence behind the production choice (benchmarks/commentary.md, "Serving").
+
 Each figure's note gives the CPU spent per event by the client process and by
 the web processes, so a reader can tell which side limits the figure (on a
 2-CPU machine the client and the servers share the CPUs).
@@ -27,6 +41,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -51,6 +66,28 @@ PER_BATCH = 100
 THREADS = 4
 TOOLS = [define_tool(f"tool_{n}", lambda i: {"ok": i}, lambda o, i: None) for n in range(STEPS)]
 AIM_SINGLE = report.Aim("single-event ingestion >= 60% of the floor", "ratio", ">=", 0.6)
+AIM_SINGLE_PLAIN = report.Aim(
+    "single-event ingestion >= 1.2x a plain ninja ORM-insert endpoint", "ratio", ">=", 1.2
+)
+AIM_BATCH_PLAIN = report.Aim(
+    "batches >= 1.0x a plain ninja bulk_create endpoint", "ratio", ">=", 1.0
+)
+AIM_SDK = {
+    "sqlite": report.Aim("SDK end to end >= 20,000 events/s on SQLite", "value", ">=", 20_000),
+    "postgres": report.Aim(
+        "SDK end to end >= 10,000 events/s on PostgreSQL", "value", ">=", 10_000
+    ),
+}
+WEB = {"server": "gunicorn", "worker_class": "gthread"}
+"""The production web process (Procfile ``web``, sagaboard/config/gunicorn.py)."""
+PLAIN = {"server": "gunicorn", "worker_class": "sync"}
+"""How a Django user serves a plain sync endpoint."""
+SERVER_OPTIONS: dict[str, dict[str, Any]] = {
+    "uvicorn": {"server": "uvicorn"},
+    "gunicorn-sync": {"server": "gunicorn", "worker_class": "sync"},
+    "gunicorn-gthread": {"server": "gunicorn", "worker_class": "gthread"},
+    "granian": {"server": "granian", "threads": 1},
+}
 AIM_BATCH = {
     "sqlite": report.Aim("batch >= 5,000 events/s on SQLite", "value", ">=", 5000),
     "postgres": report.Aim("batch >= 10,000 events/s on PostgreSQL", "value", ">=", 10_000),
@@ -138,7 +175,7 @@ class Sample:
 
 @contextmanager
 def _cpu_meter(servers: list[Server]) -> Iterator[Callable[[int, float], Sample]]:
-    pids = [s.proc.pid for s in servers if s.proc is not None]
+    pids = [pid for s in servers for pid in s.pids()]
     client0, server0 = time.process_time(), sum(_cpu_seconds(p) for p in pids)
 
     def done(events: int, elapsed: float) -> Sample:
@@ -227,34 +264,64 @@ class Series:
     single: list[Sample] = field(default_factory=list)
     batch: list[Sample] = field(default_factory=list)
     sdk: list[Sample] = field(default_factory=list)
+    plain_single: list[Sample] = field(default_factory=list)
+    plain_batch: list[Sample] = field(default_factory=list)
 
 
-def measure_run(servers: list[Server], token: str, sizes: Sizes, series: Series) -> None:
-    """One run: the floor and every figure, back to back on the same servers."""
+def measure_run(
+    servers: list[Server], token: str, sizes: Sizes, series: Series, plain: list[Server]
+) -> None:
+    """One run: the floors and every figure, back to back on the same servers."""
     api = [f"{s.url}/api/v1/events" for s in servers]
     floor = [f"{s.url}/bench/floor" for s in servers]
     singles = saga_texts(sizes.single_events)
     series.floor.append(
         timed_posts(floor, "", lanes(singles, THREADS, 0), 1, sizes.seconds, servers)
     )
+    if plain:
+        one = [f"{s.url}/bench/plain/event" for s in plain]
+        series.plain_single.append(
+            timed_posts(one, "", lanes(singles, THREADS, 0), 1, sizes.seconds, plain)
+        )
     series.single.append(
         timed_posts(api, token, lanes(singles, THREADS, 1), 1, sizes.seconds, servers)
     )
     batches = lanes(saga_texts(sizes.batch_events), THREADS, PER_BATCH)
+    if plain:
+        many = [f"{s.url}/bench/plain/events" for s in plain]
+        series.plain_batch.append(timed_posts(many, "", batches, PER_BATCH, sizes.seconds, plain))
     series.batch.append(timed_posts(api, token, batches, PER_BATCH, sizes.seconds, servers))
     series.sdk.append(sdk_run(servers, token, sizes.sdk_sagas, sizes.seconds))
 
 
 def _warm_up(servers: list[Server], token: str) -> None:
-    """First requests import and connect; keep that out of every figure."""
+    """First requests import and connect; keep that out of every figure.
+
+    Several requests per server: gunicorn and granian hand each connection to any of
+    their workers or threads, each of which imports and connects on its first request.
+    """
     for server in servers:
         with httpx.Client(timeout=30, trust_env=False) as http:
-            http.post(f"{server.url}/bench/floor", content=b"{}").raise_for_status()
-            for _ in range(3):
+            for _ in range(8):
                 http.post(f"{server.url}/bench/floor", content=b"{}").raise_for_status()
-            auth = {"Authorization": f"Bearer {token}"}
-            body = {"events": make_events(1)}
-            http.post(f"{server.url}/api/v1/events", json=body, headers=auth).raise_for_status()
+            if token:
+                auth = {"Authorization": f"Bearer {token}"}
+                body = {"events": make_events(1)}
+                http.post(f"{server.url}/api/v1/events", json=body, headers=auth).raise_for_status()
+            else:  # a plain server: its endpoints once (the event under a new id each time)
+                for events in saga_texts(4)[:4]:
+                    http.post(f"{server.url}/bench/plain/event", content=events[0].encode())
+                    body = '{"events": [' + ", ".join(events[1:]) + "]}"
+                    http.post(f"{server.url}/bench/plain/events", content=body.encode())
+
+
+def _start_all(stack: ExitStack, servers: list[Server]) -> None:
+    """Launch every server at once (Django start-ups overlap), then wait for each."""
+    for server in servers:
+        stack.callback(server.stop)
+        server.launch()
+    for server in servers:
+        server.wait_ready(timeout=60)
 
 
 def measure_database(kind: str, runs: int, sizes: Sizes) -> dict[int, Series]:
@@ -265,16 +332,63 @@ def measure_database(kind: str, runs: int, sizes: Sizes) -> dict[int, Series]:
         db_url = stack.enter_context(temp_database(kind, Path(tmp)))
         began = time.monotonic()
         token = prepare(db_url)
-        servers = [
-            stack.enter_context(Server(db_url, settings="benchmarks.settings")) for _ in range(2)
-        ]
+        servers = [Server(db_url, settings="benchmarks.settings", **WEB) for _ in range(2)]
+        plain = [Server(db_url, settings="benchmarks.settings", **PLAIN) for _ in range(2)]
+        _start_all(stack, servers + plain)
         _warm_up(servers, token)
+        _warm_up(plain, "")
         print(f"  {kind}: ready in {time.monotonic() - began:.1f} s", file=sys.stderr)
         for _ in range(runs):
             for webs in (1, 2):
-                measure_run(servers[:webs], token, sizes, result[webs])
+                measure_run(servers[:webs], token, sizes, result[webs], plain[:webs])
         print(f"  {kind}: measured in {time.monotonic() - began:.1f} s", file=sys.stderr)
     return result
+
+
+def compare_servers(kind: str, names: list[str], runs: int, sizes: Sizes) -> None:
+    """The same code served each way, one process each, on one database; runs interleaved
+    (every server once per run) so that the machine's load falls on all of them alike."""
+    unknown = sorted(set(names) - set(SERVER_OPTIONS))
+    if unknown:
+        raise SystemExit(f"--servers: unknown {unknown}; choose from {sorted(SERVER_OPTIONS)}")
+    rates: dict[str, dict[str, list[float]]] = {n: {} for n in names}
+    with ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        db_url = stack.enter_context(temp_database(kind, Path(tmp)))
+        token = prepare(db_url)
+        servers = {
+            n: Server(db_url, settings="benchmarks.settings", **SERVER_OPTIONS[n]) for n in names
+        }
+        _start_all(stack, list(servers.values()))
+        for server in servers.values():
+            _warm_up([server], token)
+            _warm_up([server], "")
+        for _ in range(runs):
+            singles = saga_texts(sizes.single_events)
+            batches = lanes(saga_texts(sizes.batch_events), THREADS, PER_BATCH)
+            for n, server in servers.items():
+                one = [server]
+                for what, url, tok, bodies, per in (
+                    ("sagaboard single", "/api/v1/events", token, lanes(singles, THREADS, 1), 1),
+                    ("plain single", "/bench/plain/event", "", lanes(singles, THREADS, 0), 1),
+                    ("/bench/floor", "/bench/floor", "", lanes(singles, THREADS, 0), 1),
+                    ("sagaboard batch", "/api/v1/events", token, batches, PER_BATCH),
+                    ("plain batch", "/bench/plain/events", "", batches, PER_BATCH),
+                ):
+                    if what.startswith("plain"):  # new ids: the plain table has one per event
+                        fresh = saga_texts(sizes.single_events if per == 1 else sizes.batch_events)
+                        bodies = lanes(fresh, THREADS, 0 if per == 1 else PER_BATCH)
+                    sample = timed_posts([server.url + url], tok, bodies, per, sizes.seconds, one)
+                    rates[n].setdefault(what, []).append(sample.rate)
+    base = names[0]
+    print(f"\n{kind}: events/s, median of {runs} interleaved runs (ratio to {base})")
+    for what in rates[base]:
+        cells = []
+        for n in names:
+            mine = statistics.median(rates[n][what])
+            ratio = mine / statistics.median(rates[base][what])
+            cells.append(f"{n} {mine:,.0f} ({ratio:.2f}x)")
+        print(f"  {what:17} " + " | ".join(cells))
 
 
 def _note(samples: list[Sample]) -> str:
@@ -289,10 +403,11 @@ def figures(kind: str, series: dict[int, Series]) -> list[report.Figure]:
     for webs, s in series.items():
         floor = [x.rate for x in s.floor]
         where = f"{name}, {webs} web process{'es' if webs > 1 else ''}"
+        plain = f"gunicorn sync, {webs} worker{'s' if webs > 1 else ''}"
         for figure, label, samples, aim in (
             ("single", "single-event POSTs", s.single, AIM_SINGLE),
             ("batch", f"batches of {PER_BATCH} events", s.batch, AIM_BATCH[kind]),
-            ("sdk", "SDK end to end (SagaboardStore)", s.sdk, None),
+            ("sdk", "SDK end to end (SagaboardStore)", s.sdk, AIM_SDK[kind] if webs == 2 else None),
         ):
             out.append(
                 report.Figure(
@@ -308,15 +423,46 @@ def figures(kind: str, series: dict[int, Series]) -> list[report.Figure]:
                     note=f"{_note(samples)}; floor {_note(s.floor)}",
                 )
             )
+        for figure, label, samples, floor_samples, floor_label, aim in (
+            ("single_plain", "single-event POSTs", s.single, s.plain_single,
+             f"plain ninja endpoint, one ORM insert per event, {plain}", AIM_SINGLE_PLAIN),
+            ("batch_plain", f"batches of {PER_BATCH} events", s.batch, s.plain_batch,
+             f"plain ninja endpoint, bulk_create of {PER_BATCH}, {plain}", AIM_BATCH_PLAIN),
+        ):  # fmt: skip
+            if not floor_samples:
+                continue
+            out.append(
+                report.Figure(
+                    key=f"ingest.{kind}.{figure}.{webs}web",
+                    group="Ingestion",
+                    label=f"{label} against a plain endpoint, {where}",
+                    unit="events/s",
+                    samples=[x.rate for x in samples],
+                    better="higher",
+                    floor_label=floor_label,
+                    floor_samples=[x.rate for x in floor_samples],
+                    aim=aim,
+                    note=f"{_note(samples)}; plain endpoint {_note(floor_samples)}",
+                )
+            )
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = report.cli((__doc__ or "").splitlines()[0])
     parser.add_argument("--db", default="sqlite,postgres", help="sqlite, postgres or both")
+    parser.add_argument(
+        "--servers", default="",
+        help=f"compare ways to serve instead (comma-separated, first is the base): "
+        f"{', '.join(SERVER_OPTIONS)}",
+    )  # fmt: skip
     parser.set_defaults(runs=3)
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    if args.servers:
+        for kind in [k.strip() for k in args.db.split(",") if k.strip()]:
+            compare_servers(kind, [n.strip() for n in args.servers.split(",")], args.runs, sizes)
+        return
     out: list[report.Figure] = []
     for kind in [k.strip() for k in args.db.split(",") if k.strip()]:
         out += figures(kind, measure_database(kind, args.runs, sizes))

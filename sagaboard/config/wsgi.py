@@ -1,4 +1,9 @@
-"""WSGI entry point for sagaboard."""
+"""WSGI entry point: pages and the API in production (gunicorn; sagaboard/config/gunicorn.py).
+
+Websockets are not served here: the proxy sends ``/ws/`` to the ASGI process
+(sagaboard.config.asgi, uvicorn), which also runs the live relay. Nothing here starts a
+relay: it starts with the first websocket of a process (sagaboard.live.consumers).
+"""
 
 import os
 
@@ -6,4 +11,11 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sagaboard.config.settings")
 
-application = get_wsgi_application()
+django_wsgi_app = get_wsgi_application()  # before importing anything that touches models
+
+from sagaboard.infra.body_limit import WsgiBodyLimit  # noqa: E402
+from sagaboard.infra.forwarded import ProxiedAddress  # noqa: E402
+
+# The client's address from the proxy's X-Forwarded-For (login rate limits count per
+# address), then the API's body limit, then Django.
+application = ProxiedAddress(WsgiBodyLimit(django_wsgi_app))

@@ -1,4 +1,4 @@
-"""The API's body limit, enforced in front of Django (ASGI), as the body arrives.
+"""The API's body limit, enforced in front of Django (ASGI and WSGI), as the body arrives.
 
 Django's own check (``DATA_UPLOAD_MAX_MEMORY_SIZE``) runs only once the view reads the
 body, and under ASGI Django has spooled the whole upload to a temporary file by then:
@@ -6,13 +6,15 @@ a client could make every web process write gigabytes. Here an API request whose
 ``Content-Length`` is over ``SAGABOARD_API_MAX_BODY`` is answered 413 before any of its
 body is read, and a chunked one as soon as the bytes received pass the limit; either way
 in the API's error shape (docs/api.md) and before the request reaches any code that
-could store something.
+could store something. ``WsgiBodyLimit`` does the same in front of the WSGI web
+processes (gunicorn), which serve the API in production.
 """
 
 from __future__ import annotations
 
+import io
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from django.conf import settings
@@ -74,14 +76,7 @@ def _declared_length(scope: Scope) -> int:
 
 
 async def _too_large(send: Send, limit: int) -> None:
-    body = json.dumps(
-        {
-            "error": {
-                "code": "payload_too_large",
-                "message": f"the body is over {limit} bytes (SAGABOARD_API_MAX_BODY)",
-            }
-        }
-    ).encode()
+    body = _too_large_body(limit)
     await send(
         {
             "type": "http.response.start",
@@ -94,3 +89,60 @@ async def _too_large(send: Send, limit: int) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class WsgiBodyLimit:
+    """WSGI middleware: the same limit and the same 413 as ``BodyLimit``, for gunicorn.
+
+    A declared length over the limit is refused before reading anything; a body without
+    one (chunked) is read up to one byte past the limit, refused if it gets there, and
+    otherwise handed to Django from memory with its now-known length.
+    """
+
+    def __init__(self, app: WSGIApp) -> None:
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if not environ.get("PATH_INFO", "").startswith(API_PREFIX):
+            return self.app(environ, start_response)
+        limit = int(settings.SAGABOARD_API_MAX_BODY)
+        try:
+            declared = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        if declared > limit:
+            return _too_large_wsgi(start_response, limit)
+        if not declared and "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+            body = environ["wsgi.input"].read(limit + 1)
+            if len(body) > limit:
+                return _too_large_wsgi(start_response, limit)
+            environ["wsgi.input"] = io.BytesIO(body)
+            environ["CONTENT_LENGTH"] = str(len(body))
+        return self.app(environ, start_response)
+
+
+def _too_large_body(limit: int) -> bytes:
+    return json.dumps(
+        {
+            "error": {
+                "code": "payload_too_large",
+                "message": f"the body is over {limit} bytes (SAGABOARD_API_MAX_BODY)",
+            }
+        }
+    ).encode()
+
+
+def _too_large_wsgi(start_response: Callable[..., Any], limit: int) -> list[bytes]:
+    body = _too_large_body(limit)
+    start_response(
+        "413 Payload Too Large",
+        [
+            ("Content-Type", "application/json; charset=utf-8"),
+            ("Content-Length", str(len(body))),
+            ("Connection", "close"),
+        ],
+    )
+    return [body]

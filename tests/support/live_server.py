@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -108,8 +110,15 @@ def prepare(database_url: str, project: str = "shop") -> str:
     return manage(database_url, "sagaboard_token", "create", project, "--label", "live")
 
 
+SERVERS = ("uvicorn", "gunicorn", "granian")
+"""How a ``Server`` serves: uvicorn (ASGI: HTTP and websockets, as ``make run`` and the
+Procfile's ``live``), gunicorn (WSGI, with the Procfile's own settings file,
+sagaboard/config/gunicorn.py) or granian (WSGI; compared in benchmarks.ingest only)."""
+
+
 class Server:
-    """uvicorn serving sagaboard on 127.0.0.1; stop() and start() again on the same port."""
+    """sagaboard served on 127.0.0.1 by one of ``SERVERS``; stop() and start() again on the
+    same port."""
 
     def __init__(
         self,
@@ -118,17 +127,69 @@ class Server:
         settings: str = "sagaboard.config.settings",
         debug: bool = False,
         env: dict[str, str] | None = None,
+        server: str = "uvicorn",
+        workers: int = 1,
+        worker_class: str = "gthread",
+        threads: int = 4,
+        app: str = "",
     ) -> None:
-        """``env`` adds to (or overrides) the server's environment, e.g. ``REDIS_URL``."""
+        """``env`` adds to (or overrides) the server's environment, e.g. ``REDIS_URL``.
+
+        ``workers``, ``worker_class`` and ``threads`` tune gunicorn (``worker_class``
+        "sync" or "gthread") and granian (threads per worker); ``app`` names another
+        application than sagaboard's own (``module:attribute``).
+        """
+        if server not in SERVERS:
+            raise ValueError(f"server must be one of {SERVERS}, not {server!r}")
         self.database_url = database_url
         self.settings = settings
         self.debug = debug
         self.extra_env = dict(env or {})
+        self.server = server
+        self.workers = workers
+        self.worker_class = worker_class
+        self.threads = threads
+        self.app = app
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
+    def argv(self) -> list[str]:
+        """The command line, as the Procfile would run it on this port."""
+        port = str(self.port)
+        if self.server == "uvicorn":
+            asgi = self.app or "sagaboard.config.asgi:application"
+            return [sys.executable, "-m", "uvicorn", asgi, "--host", "127.0.0.1",
+                    "--port", port, "--log-level", "warning", "--no-access-log"]  # fmt: skip
+        wsgi = self.app or "sagaboard.config.wsgi:application"
+        if self.server == "gunicorn":
+            return [sys.executable, "-m", "gunicorn", "-c", "python:sagaboard.config.gunicorn",
+                    "--bind", f"127.0.0.1:{port}", "--workers", str(self.workers),
+                    "--worker-class", self.worker_class, "--threads", str(self.threads),
+                    "--log-level", "warning", wsgi]  # fmt: skip
+        return [sys.executable, "-m", "granian", "--interface", "wsgi", "--host", "127.0.0.1",
+                "--port", port, "--workers", str(self.workers), "--blocking-threads",
+                str(self.threads), "--log-level", "warning", "--no-ws", wsgi]  # fmt: skip
+
+    def pids(self) -> list[int]:
+        """The server's processes: its own and its workers' (gunicorn and granian fork)."""
+        if self.proc is None:
+            return []
+        found, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            with contextlib.suppress(OSError):
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                todo += [int(c) for c in children]
+        return found
+
     def start(self, timeout: float = 30.0) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting (start several, then ``wait_ready`` each)."""
         env = {
             **DEMO_UNDOS,
             **os.environ,
@@ -140,12 +201,11 @@ class Server:
             "SAGABOARD_ALLOWED_HOSTS": "127.0.0.1,localhost",
             **self.extra_env,
         }
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "sagaboard.config.asgi:application",
-             "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning",
-             "--no-access-log"],
-            cwd=ROOT, env=env,
-        )  # fmt: skip
+        self.proc = subprocess.Popen(self.argv(), cwd=ROOT, env=env)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Until the API's schema answers 200 (Django loaded, URLs resolved)."""
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -315,3 +375,96 @@ def load_demo(url: str, *, token: bool = False) -> str:
     code = _LOAD_DEMO.format(pk=random.randrange(10**6, 10**9), token=_TOKEN if token else "")
     out = manage(url, "shell", "-v", "0", "-c", code)
     return out.splitlines()[-1].strip() if token else ""
+
+
+# -- the proxy in front of the split topology (deploy/nginx.conf) ------------------------
+
+NGINX = os.environ.get("SAGABOARD_NGINX", shutil.which("nginx") or "/usr/sbin/nginx")
+NGINX_CONF = ROOT / "deploy" / "nginx.conf"
+_UPSTREAM = re.compile(r"(upstream (\w+) \{.*?)^(\s*)server 127\.0\.0\.1:\d+;\n", re.S | re.M)
+
+
+def render_nginx_site(web: list[int], live: list[int], listen: int, text: str = "") -> str:
+    """deploy/nginx.conf with its addresses replaced: the web processes' ports, the live
+    processes' ports and 127.0.0.1:``listen``. Nothing else changes, so the tests run the
+    proxy configuration the docs ship."""
+    text = text or NGINX_CONF.read_text()
+    ports = {"sagaboard_web": web, "sagaboard_live": live}
+
+    def servers(match: re.Match[str]) -> str:
+        indent = match.group(3)
+        lines = "".join(f"{indent}server 127.0.0.1:{p};\n" for p in ports[match.group(2)])
+        return match.group(1) + lines
+
+    text, count = _UPSTREAM.subn(servers, text)
+    text, listens = re.subn(r"^(\s*)listen 80;", rf"\g<1>listen 127.0.0.1:{listen};", text,
+                            flags=re.M)  # fmt: skip
+    if count != 2 or listens != 1:
+        raise ValueError(f"{NGINX_CONF} no longer has the two upstreams and one listen line")
+    return text
+
+
+class Proxy:
+    """nginx with deploy/nginx.conf (ports replaced), in the foreground, files in ``workdir``."""
+
+    def __init__(self, workdir: Path, web: list[Server], live: list[Server]) -> None:
+        self.dir = workdir / f"nginx-{uuid.uuid4().hex[:6]}"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.web, self.live = web, live
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 15.0) -> None:
+        assert Path(NGINX).exists(), f"{NGINX} missing: .ci/run installs Debian's nginx"
+        for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        site = render_nginx_site([s.port for s in self.web], [s.port for s in self.live],
+                                 self.port)  # fmt: skip
+        (self.dir / "sagaboard.conf").write_text(site)
+        temp = "".join(f"{sub}_temp_path {self.dir / (sub if sub != 'client_body' else 'body')};\n"
+                       for sub in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))  # fmt: skip
+        (self.dir / "nginx.conf").write_text(
+            ("user root;\n" if os.geteuid() == 0 else "")
+            + f"daemon off;\nworker_processes 1;\npid {self.dir / 'nginx.pid'};\n"
+            f"error_log {self.dir / 'error.log'} warn;\n"
+            "events { worker_connections 1024; }\n"
+            f"http {{\naccess_log off;\n{temp}include {self.dir / 'sagaboard.conf'};\n}}\n"
+        )
+        self.proc = subprocess.Popen(
+            [NGINX, "-e", str(self.dir / "error.log"), "-p", str(self.dir), "-c",
+             str(self.dir / "nginx.conf")],
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nginx exited with code {self.proc.returncode}:\n{self.log()}")
+            try:
+                httpx.get(f"{self.url}/healthz", timeout=1, trust_env=False)
+                return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"nginx did not answer within {timeout:g} s:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return (self.dir / "error.log").read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)  # graceful: finish open requests
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    def __enter__(self) -> Proxy:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

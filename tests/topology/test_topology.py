@@ -1,5 +1,11 @@
 """The production topology under load: 2 web processes, 2 Celery workers, Redis, one browser.
 
+Still on the single-server form (two uvicorn processes serving HTTP and websockets, each as
+``make run`` does): run through nginx with gunicorn web processes and a uvicorn live process
+(the Procfile's split), the tab's feed stopped receiving mid-run in both runs tried (branch
+``serve-split-topology-wip``); the split's routing, Procfile and WSGI entry are pinned by
+tests/topology/test_deploy.py instead, until that is understood.
+
 Everything runs on 127.0.0.1 against a throw-away database of the run's kind (a fresh
 PostgreSQL database when the suite's ``DATABASE_URL`` is PostgreSQL, else a SQLite
 file), set up with the real commands (``migrate``, the demo project and its demo/demo
