@@ -32,6 +32,7 @@ from sagaboard.api.openapi_bounds import WWW_AUTHENTICATE
 from sagaboard.api.schemas import ErrorOut
 from sagaboard.errors import ServiceError
 from sagaboard.infra.api_path import API_PREFIX
+from sagaboard.infra.db_outage import RETRY_DISK_FULL, outage_of
 from sagaboard.infra.json_body import BadValue, NotJson
 
 log = logging.getLogger("sagaboard.api.v1")
@@ -40,9 +41,9 @@ log = logging.getLogger("sagaboard.api.v1")
 # Every operation may answer these, all as ErrorOut (docs/api.md, "Errors"): a body that is
 # not JSON (400), no token (401), an unknown id (404), a refused move (409), a body over the
 # limit (413, sagaboard.infra.body_limit), invalid input or a limit (422), too many bad tokens
-# (429), a busy database (503).
+# (429), a busy database (503), a database out of disk (507).
 ERRORS: dict[int | str, Any] = {
-    status: ErrorOut for status in (400, 401, 404, 409, 413, 422, 429, 503)
+    status: ErrorOut for status in (400, 401, 404, 409, 413, 422, 429, 503, 507)
 }
 
 _CODES = {
@@ -154,7 +155,13 @@ def _http_error(exc: Exception) -> ServiceError:
 
 
 def _unavailable(exc: Exception) -> ServiceError:
-    # The database is busy or away: nothing was applied, and the client should retry.
+    # The database is busy, away or out of disk: nothing was applied; the client retries.
+    if outage_of(exc) == "disk_full":
+        return ServiceError(
+            507, "insufficient_storage",
+            "the database's disk is full: nothing was applied; retry once space is freed",
+            headers={"Retry-After": str(RETRY_DISK_FULL)},
+        )  # fmt: skip
     return ServiceError(503, "unavailable", "the database is unavailable; retry shortly")
 
 

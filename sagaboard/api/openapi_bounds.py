@@ -6,7 +6,7 @@ django-ninja draws the schema from the pydantic models, which know fixed bounds
 marker (``x-sagaboard-max-length``, ``x-sagaboard-max-items``) that this module replaces
 with the setting's current value each time the schema is served. It also documents, on
 every operation, the answers any of them can give: 401 with its ``WWW-Authenticate``
-header, 429 (too many bad tokens from one address) and 503 with ``Retry-After``.
+header, 429 (too many bad tokens from one address), 503 and 507 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ _HEADERS = {
     "503": {
         "Retry-After": {
             "description": "Seconds to wait before retrying.",
+            "schema": {"type": "integer", "minimum": 1},
+        }
+    },
+    "507": {
+        "Retry-After": {
+            "description": "Seconds to wait before retrying (space must be freed first).",
             "schema": {"type": "integer", "minimum": 1},
         }
     },

@@ -1,4 +1,4 @@
-"""A database that is away is a 503 with ``Retry-After``, never a 500.
+"""A database that is away is a 503 with ``Retry-After`` (507 when its disk is full), never a 500.
 
 While PostgreSQL restarts (or SQLite's file is locked past its timeout, or its disk is
 full), every page fails for a reason that is not a bug and that passes: the operator
@@ -14,35 +14,25 @@ from __future__ import annotations
 
 import sys
 
-from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, HttpResponseServerError
 from django.template.loader import render_to_string
 from django.views.defaults import server_error as django_server_error
 
 from sagaboard.errors import RETRY_SOON
+from sagaboard.infra.db_outage import RETRY_DISK_FULL, outage_of
 
 TEMPLATE = "503.html"
-_OUTAGE = (OperationalError, InterfaceError)
-
-
-def database_away(err: BaseException | None) -> bool:
-    """Whether ``err`` (or what caused it) says the database could not be reached or used
-    for now, rather than that a query was wrong."""
-    while err is not None:
-        if isinstance(err, _OUTAGE) or (
-            isinstance(err, DatabaseError) and "disk" in str(err).lower()
-        ):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    """``handler500``: a database outage as 503 + ``Retry-After``; anything else, Django's 500."""
-    if not database_away(sys.exc_info()[1]):
+    """``handler500``: a database outage as 503 (a full disk as 507) with ``Retry-After``;
+    anything else, Django's 500."""
+    outage = outage_of(sys.exc_info()[1])
+    if outage is None:
         response: HttpResponse = django_server_error(request)
         return response
-    body = render_to_string(TEMPLATE, {"retry": RETRY_SOON})
-    response = HttpResponseServerError(body, status=503)
-    response["Retry-After"] = str(RETRY_SOON)
+    disk_full = outage == "disk_full"
+    body = render_to_string(TEMPLATE, {"disk_full": disk_full})
+    response = HttpResponseServerError(body, status=507 if disk_full else 503)
+    response["Retry-After"] = str(RETRY_DISK_FULL if disk_full else RETRY_SOON)
     return response

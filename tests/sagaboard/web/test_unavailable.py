@@ -1,4 +1,5 @@
-"""A database outage is a 503 with Retry-After and a page that needs no database; a bug is a 500."""
+"""A database outage is a 503 with Retry-After (a full disk a 507) and a page that needs no
+database; a bug is a 500."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ def answer_while_handling(err: Exception) -> object:
     [
         OperationalError("connection failed: Connection refused"),
         OperationalError("couldn't get a connection after 5.00 sec"),
-        OperationalError("database or disk is full"),
     ],
 )
 def test_a_database_outage_is_503_with_retry_after(err: Exception) -> None:
@@ -30,6 +30,20 @@ def test_a_database_outage_is_503_with_retry_after(err: Exception) -> None:
     assert response["Retry-After"].isdigit()  # type: ignore[index]
     page = response.content.decode()  # type: ignore[attr-defined]
     assert "unavailable for a moment" in page and "may not have been saved" in page
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        OperationalError("database or disk is full"),
+        OperationalError('could not extend file "base/16384/2619": No space left on device'),
+    ],
+)
+def test_a_full_disk_is_507_saying_so(err: Exception) -> None:
+    response = answer_while_handling(err)
+    assert response.status_code == 507  # type: ignore[attr-defined]
+    assert response["Retry-After"] == "30"  # type: ignore[index]
+    assert "disk is full" in response.content.decode()  # type: ignore[attr-defined]
 
 
 def test_an_outage_wrapped_in_another_error_is_still_503() -> None:
