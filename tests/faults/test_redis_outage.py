@@ -141,7 +141,7 @@ def test_redis_down_and_back_loses_nothing_and_never_answers_500(tmp_path: Path)
         for saga_id in done:
             assert api.get(f"/api/v1/sagas/{saga_id}").json()["status"] == "COMPLETED"
         replayed = manage(url, "sagaboard_verify")
-        assert replayed.endswith("0 difference(s)"), replayed
+        assert " 0 difference(s)" in replayed, replayed
         chained = manage(url, "sagaboard_verify", "--audit")
         assert chained.endswith("0 break(s)"), chained
     print(
