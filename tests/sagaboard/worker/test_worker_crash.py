@@ -273,7 +273,7 @@ def test_a_worker_killed_mid_undo_is_finished_by_the_next_worker_with_the_same_k
             assert at.timestamp() >= exits[(b.pid, step_id)] - 0.001, (step_id, at, exits)
         # A worker killed mid-undo leaves nothing in the record that its log does not replay.
         verified = manage(url, "sagaboard_verify", settings="tests.support.crash_settings")
-        assert verified.endswith("event(s) replayed: 0 difference(s)"), verified
+        assert "event(s) replayed: 0 difference(s);" in verified, verified
 
 
 # ---------------------------------------------------------------- a dead worker's lease
