@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -29,10 +27,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.fault_agents import ATTEMPTS, PENDING, agent, read
+from tests.support.fault_agents import ATTEMPTS, PENDING, AgentRun, read, start_site
 from tests.support.fault_services import PostgresCluster, RedisProcess
-from tests.support.live_server import ROOT, Server, Worker, load_demo, manage, session_cookie
-from undo_core.remote import SagaboardStore
+from tests.support.live_server import manage
 
 pytestmark = pytest.mark.slow  # a PostgreSQL cluster, servers and a worker of its own
 
@@ -45,38 +42,11 @@ def test_postgres_restarted_under_load_answers_503_and_loses_nothing(tmp_path: P
         pg = stack.enter_context(PostgresCluster())
         redis = stack.enter_context(RedisProcess())
         url = pg.url
-        token = load_demo(url, token=True)
-        env = {
-            "REDIS_URL": redis.url,
-            "SAGABOARD_TASKS_EAGER": "0",
-            "SAGABOARD_WORKER_LEASE_SECONDS": "10",
-            "SAGABOARD_LOG_LEVEL": "WARNING",
-        }
-        web = stack.enter_context(Server(url, env=env))
-        worker = Worker(
-            "w", {**os.environ, **env, "DATABASE_URL": url, "PYTHONPATH": str(ROOT),
-                  "DJANGO_SETTINGS_MODULE": "sagaboard.config.settings", "SAGABOARD_DEBUG": "0"},
-            tmp_path, beat=True,
-        )  # fmt: skip
-        stack.callback(worker.stop)
-        worker.wait_ready(60)
+        site = start_site(stack, url, redis.url, tmp_path)
+        worker, browser, api, csrf = site.worker, site.browser, site.api, site.csrf
         waiting = read(url, PENDING)
-        cookie = session_cookie(web.url)
-        csrf = re.search(r"csrftoken=([^;]+)", cookie)[1]  # type: ignore[index]
-        browser = httpx.Client(
-            base_url=web.url, timeout=30,
-            headers={"Cookie": cookie, "X-CSRFToken": csrf, "Referer": f"{web.url}/approvals/"},
-        )  # fmt: skip
-        stack.callback(browser.close)
-        api = httpx.Client(
-            base_url=web.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-        )
-        stack.callback(api.close)
 
-        store = SagaboardStore(web.url, token, flush_interval=0.02, timeout=10)
-        stop, done = threading.Event(), []
-        driving = threading.Thread(target=agent, args=(store, stop, done))
-        driving.start()
+        agents = AgentRun(site, timeout=10)
         time.sleep(1.0)
         decided = browser.post(
             f"/approvals/{waiting['id']}/decide/",
@@ -106,17 +76,13 @@ def test_postgres_restarted_under_load_answers_503_and_loses_nothing(tmp_path: P
             time.sleep(0.5)
         assert all(500 not in codes for codes in answers.values()), answers
         assert all(503 in codes for codes in answers.values()), answers
-        spooled = store.stats()
+        spooled = agents.store.stats()
 
         # ---------------------------------------------------------------- back
         pg.start()
         back_at = time.monotonic()
         time.sleep(2.0)  # the agent goes on a little with the database back
-        stop.set()
-        driving.join(timeout=60)
-        store.flush(timeout=90)
-        assert store.stats()["queued"] == 0, store.stats()
-        store.close(timeout=10)
+        done = agents.finish(flush_timeout=90)
         drained_after = time.monotonic() - back_at
 
         deadline = time.monotonic() + WAIT

@@ -26,27 +26,19 @@ the outage) are printed for docs/operations.md.
 from __future__ import annotations
 
 import os
-import re
-import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.support.fault_agents import ATTEMPTS, PENDING, agent, read
+from tests.support.fault_agents import ATTEMPTS, PENDING, AgentRun, read, start_site
 from tests.support.fault_services import RedisProcess
 from tests.support.live_server import (
-    ROOT,
-    Server,
-    Worker,
-    load_demo,
     manage,
     session_cookie,
     temp_database,
 )
-from undo_core.remote import SagaboardStore
 
 pytestmark = pytest.mark.slow  # real servers, a worker and a Redis of its own
 
@@ -59,39 +51,11 @@ def test_redis_down_and_back_loses_nothing_and_never_answers_500(tmp_path: Path)
     with ExitStack() as stack:
         redis = stack.enter_context(RedisProcess())
         url = stack.enter_context(temp_database(KIND, tmp_path))
-        token = load_demo(url, token=True)
-        env = {
-            "REDIS_URL": redis.url,
-            "SAGABOARD_TASKS_EAGER": "0",
-            "SAGABOARD_WORKER_LEASE_SECONDS": "10",
-            "SAGABOARD_LOG_LEVEL": "WARNING",
-        }
-        web = stack.enter_context(Server(url, env=env))
-        worker = Worker(
-            "w", {**os.environ, **env, "DATABASE_URL": url, "PYTHONPATH": str(ROOT),
-                  "DJANGO_SETTINGS_MODULE": "sagaboard.config.settings", "SAGABOARD_DEBUG": "0"},
-            tmp_path, beat=True,
-        )  # fmt: skip
-        stack.callback(worker.stop)
-        worker.wait_ready(60)
-
-        api = httpx.Client(
-            base_url=web.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-        )
-        stack.callback(api.close)
+        site = start_site(stack, url, redis.url, tmp_path)
+        web, worker, browser, api, csrf = site.web, site.worker, site.browser, site.api, site.csrf
         waiting = read(url, PENDING)
-        cookie = session_cookie(web.url)
-        csrf = re.search(r"csrftoken=([^;]+)", cookie)[1]  # type: ignore[index]
-        browser = httpx.Client(
-            base_url=web.url, timeout=30,
-            headers={"Cookie": cookie, "X-CSRFToken": csrf, "Referer": f"{web.url}/approvals/"},
-        )  # fmt: skip
-        stack.callback(browser.close)
 
-        store = SagaboardStore(web.url, token, flush_interval=0.02, timeout=30)
-        stop, done = threading.Event(), []
-        driving = threading.Thread(target=agent, args=(store, stop, done))
-        driving.start()
+        agents = AgentRun(site, timeout=30)
         time.sleep(1.0)
 
         # ---------------------------------------------------------------- Redis away
@@ -122,11 +86,7 @@ def test_redis_down_and_back_loses_nothing_and_never_answers_500(tmp_path: Path)
         # ---------------------------------------------------------------- Redis back
         redis.start()
         back_at = time.monotonic()
-        stop.set()
-        driving.join(timeout=60)
-        store.flush(timeout=60)
-        assert store.stats()["queued"] == 0, store.stats()
-        store.close(timeout=10)
+        done = agents.finish(flush_timeout=60)
 
         saga_id = waiting["saga_id"]
         deadline = time.monotonic() + WAIT

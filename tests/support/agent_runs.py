@@ -1,10 +1,12 @@
-"""Agent runs recorded as the SDK would send them, for the API tests."""
+"""Agent runs recorded as the SDK would send them, for the API tests, and their POST."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from undo_core import Decision, MemoryStore, SagaChange, SagaRollbackError, define_tool
 from undo_core import Saga as LocalSaga
@@ -21,6 +23,16 @@ class Recorder(MemoryStore):
     def apply(self, change: SagaChange) -> None:
         super().apply(change)
         self.sent.append(change_to_event(change))
+
+
+def post_events(client: Client, token: str, events: list[dict[str, Any]]) -> Any:
+    """``POST /api/v1/events`` as the SDK sends it, with ``token``'s bearer header."""
+    return client.post(
+        "/api/v1/events",
+        json.dumps({"events": events}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {token}"},
+    )
 
 
 def storebot_events(saga_id: str = "storebot-1") -> list[dict[str, Any]]:

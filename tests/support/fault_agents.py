@@ -1,18 +1,26 @@
-"""The fault suite's people and agents: an agent mirroring sagas, and reads of the database
-the servers under test use (through ``manage.py shell``, as an operator would)."""
+"""The fault suite's people and agents: the site under test (a web server, a worker with
+beat, an operator's browser session, an agent's API client), an agent mirroring sagas, and
+reads of the database the servers use (through ``manage.py shell``, as an operator would)."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import threading
 import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from tests.support.live_server import manage
+import httpx
+
+from tests.support.live_server import ROOT, Server, Worker, load_demo, manage, session_cookie
 from undo_core import Saga, define_tool
 from undo_core.remote import SagaboardStore
 
-__all__ = ["ATTEMPTS", "PENDING", "agent", "read"]
+__all__ = ["ATTEMPTS", "PENDING", "AgentRun", "FaultSite", "agent", "read", "start_site"]
 
 TOOLS = [define_tool(f"fault_tool_{n}", lambda i: {"ok": i}, lambda o, i: None) for n in range(3)]
 
@@ -45,3 +53,67 @@ def agent(store: SagaboardStore, stop: threading.Event, done: list[str]) -> None
         done.append(saga.id)
         n += 1
         time.sleep(0.05)
+
+
+@dataclass
+class FaultSite:
+    """What a fault case works with: ``browser`` is a logged-in operator (session cookie and
+    CSRF header), ``api`` an agent's bearer-token client of the demo project."""
+
+    web: Server
+    worker: Worker
+    token: str
+    browser: httpx.Client
+    csrf: str
+    api: httpx.Client
+
+
+def start_site(stack: ExitStack, url: str, redis_url: str, tmp_path: Path) -> FaultSite:
+    """The demo data in ``url``, one web server and one worker with beat on ``redis_url``,
+    all stopped when ``stack`` closes; workers lease undos for 10 s, so a lost one is
+    taken again within a fault case's wait."""
+    token = load_demo(url, token=True)
+    env = {
+        "REDIS_URL": redis_url,
+        "SAGABOARD_TASKS_EAGER": "0",
+        "SAGABOARD_WORKER_LEASE_SECONDS": "10",
+        "SAGABOARD_LOG_LEVEL": "WARNING",
+    }
+    web = stack.enter_context(Server(url, env=env))
+    worker = Worker(
+        "w", {**os.environ, **env, "DATABASE_URL": url, "PYTHONPATH": str(ROOT),
+              "DJANGO_SETTINGS_MODULE": "sagaboard.config.settings", "SAGABOARD_DEBUG": "0"},
+        tmp_path, beat=True,
+    )  # fmt: skip
+    stack.callback(worker.stop)
+    worker.wait_ready(60)
+    cookie = session_cookie(web.url)
+    csrf = re.search(r"csrftoken=([^;]+)", cookie)[1]  # type: ignore[index]
+    browser = httpx.Client(
+        base_url=web.url, timeout=30,
+        headers={"Cookie": cookie, "X-CSRFToken": csrf, "Referer": f"{web.url}/approvals/"},
+    )  # fmt: skip
+    stack.callback(browser.close)
+    api = httpx.Client(base_url=web.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    stack.callback(api.close)
+    return FaultSite(web, worker, token, browser, csrf, api)
+
+
+class AgentRun:
+    """``agent`` on a thread of its own, posting to ``site`` through the SDK (with its
+    retries and spool) until ``finish``."""
+
+    def __init__(self, site: FaultSite, timeout: float) -> None:
+        self.store = SagaboardStore(site.web.url, site.token, flush_interval=0.02, timeout=timeout)
+        self.stop, self.done = threading.Event(), list[str]()
+        self.thread = threading.Thread(target=agent, args=(self.store, self.stop, self.done))
+        self.thread.start()
+
+    def finish(self, flush_timeout: float) -> list[str]:
+        """Stop the agent, wait for every event it spooled to be delivered; its saga ids."""
+        self.stop.set()
+        self.thread.join(timeout=60)
+        self.store.flush(timeout=flush_timeout)
+        assert self.store.stats()["queued"] == 0, self.store.stats()
+        self.store.close(timeout=10)
+        return self.done

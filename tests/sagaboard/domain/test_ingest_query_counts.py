@@ -7,7 +7,6 @@ two shapes agents send (SagaboardStore batches; a bare client posts one at a tim
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from sagaboard.domain.tokens import token_create
 from sagaboard.models import Event, Project, Saga
+from tests.support.agent_runs import post_events
 from tests.support.live_server import EventRecorder
 from undo_core import Saga as LocalSaga
 from undo_core import define_tool
@@ -50,12 +50,7 @@ def post(client: Client) -> Any:
 
     def post(events: list[dict[str, Any]]) -> int:
         with CaptureQueriesContext(connection) as ctx:
-            response = client.post(
-                "/api/v1/events",
-                json.dumps({"events": events}),
-                content_type="application/json",
-                headers={"Authorization": f"Bearer {token}"},
-            )
+            response = post_events(client, token, events)
         assert response.status_code == 200, response.content
         return len(ctx.captured_queries)
 

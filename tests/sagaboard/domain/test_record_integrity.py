@@ -21,7 +21,7 @@ from django.test import Client
 from sagaboard.domain.tokens import token_create
 from sagaboard.domain.verify import verify
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
-from tests.support.agent_runs import paused_storebot_events, storebot_events
+from tests.support.agent_runs import paused_storebot_events, post_events, storebot_events
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
 
@@ -31,12 +31,7 @@ def post(client: Client) -> Any:
     token = token_create(project=Project.objects.create(slug="shop", name="Shop"), label="t")
 
     def post(events: list[dict[str, Any]]) -> Any:
-        return client.post(
-            "/api/v1/events",
-            json.dumps({"events": events}),
-            content_type="application/json",
-            headers={"Authorization": f"Bearer {token.secret}"},
-        )
+        return post_events(client, token.secret, events)
 
     return post
 

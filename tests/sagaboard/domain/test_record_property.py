@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from sagaboard.domain.tokens import token_create
 from sagaboard.domain.verify import verify
 from sagaboard.models import Event, Project, Saga
-from tests.support.agent_runs import Recorder, paused_storebot_events, storebot_events
+from tests.support.agent_runs import Recorder, paused_storebot_events, post_events, storebot_events
 from undo_core import STEP_TRANSITIONS, RetryPolicy, SagaRollbackError, StepState, define_tool
 from undo_core import Saga as LocalSaga
 
@@ -242,12 +242,7 @@ def post(client: Client) -> Any:
     secret = token_create(project=project, label="property").secret
 
     def post(event: dict[str, Any]) -> Any:
-        return client.post(
-            "/api/v1/events",
-            json.dumps({"events": [event]}),
-            content_type="application/json",
-            headers={"Authorization": f"Bearer {secret}"},
-        )
+        return post_events(client, secret, [event])
 
     return post
 

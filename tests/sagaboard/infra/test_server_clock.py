@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from sagaboard.domain.tokens import token_create
 from sagaboard.live.relay import stop_all
 from sagaboard.models import Event, Project, Saga, Step
 from sagaboard.selectors import overview, visible
-from tests.support.agent_runs import Recorder
+from tests.support.agent_runs import Recorder, post_events
 from undo_core import Saga as EngineSaga
 from undo_core import SagaRollbackError, define_tool
 from undo_core.testing import FakeClock
@@ -65,12 +64,7 @@ def agent_run(saga_id: str, clock_at: datetime, *, fail: bool = False) -> list[d
 
 
 def post(client: Client, token: str, events: list[dict[str, Any]]) -> None:
-    response = client.post(
-        "/api/v1/events",
-        json.dumps({"events": events}),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {token}"},
-    )
+    response = post_events(client, token, events)
     assert response.status_code == 200, response.content
 
 

@@ -27,8 +27,10 @@ from sagaboard.infra.event_wake import events_committed
 from sagaboard.live import wake
 from sagaboard.live.relay import relay, stop_all
 from sagaboard.selectors.visible import last_event_id
+from tests.sagaboard.live.test_live_cluster import REDIS_SERVER, open_tab
 from tests.sagaboard.live.test_live_feed import setup_users
 from tests.support.live_feed import feed, received, run_saga
+from tests.support.live_server import Server, load_demo, redis_scratch, temp_database
 
 PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 AN_HOUR = 3600.0
@@ -200,7 +202,7 @@ def _terminate(pid: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layer", ["notify", "redis"])
+@pytest.mark.parametrize("layer", [pytest.param("notify", marks=only_postgres), "redis"])
 def test_an_event_committed_in_another_process_reaches_the_browser_though_the_poll_is_an_hour(
     layer: str, tmp_path: Any
 ) -> None:
@@ -210,11 +212,6 @@ def test_an_event_committed_in_another_process_reaches_the_browser_though_the_po
     A's relay can reach A's browser, and only NOTIFY can wake it). ``redis``: Redis pub/sub
     (on SQLite B publishes the wake; on PostgreSQL NOTIFY still does it).
     """
-    from tests.sagaboard.live.test_live_cluster import REDIS_SERVER, open_tab
-    from tests.support.live_server import Server, load_demo, redis_scratch, temp_database
-
-    if layer == "notify" and not PG:
-        pytest.skip("SQLite without Redis: another process's commit is seen by the poll")
     with ExitStack() as stack:
         url = stack.enter_context(temp_database("postgres" if PG else "sqlite", tmp_path))
         token = load_demo(url, token=True)

@@ -6,7 +6,7 @@ bucket lose nothing and never deadlock."""
 
 from __future__ import annotations
 
-import json
+import os
 import threading
 from datetime import UTC, datetime, timedelta
 from io import StringIO
@@ -24,9 +24,11 @@ from sagaboard.domain.tokens import token_create
 from sagaboard.models import Project, Saga, SagaCount, Step
 from sagaboard.models.overview import EPOCH, TOTALS, fold_changes
 from sagaboard.selectors import overview
-from tests.support.agent_runs import storebot_events
+from tests.support.agent_runs import post_events, storebot_events
 from undo_core import Saga as EngineSaga
 from undo_core import SagaRollbackError, define_tool
+
+PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 
 pytestmark = pytest.mark.django_db
 
@@ -65,12 +67,7 @@ def post(client: Client, shop: Project) -> Any:
     token = token_create(project=shop, label="rollup").secret
 
     def post(events: list[dict[str, Any]]) -> None:
-        response = client.post(
-            "/api/v1/events",
-            json.dumps({"events": events}),
-            content_type="application/json",
-            headers={"Authorization": f"Bearer {token}"},
-        )
+        response = post_events(client, token, events)
         assert response.status_code == 200, response.content
 
     return post
@@ -213,10 +210,9 @@ def test_pending_changes_count_before_they_are_folded(shop: Project) -> None:
 
 
 @pytest.mark.slow  # threads racing on real transactions
+@pytest.mark.skipif(not PG, reason="SQLite serialises writers: nothing races")
 @pytest.mark.django_db(transaction=True)
 def test_writers_racing_on_one_bucket_lose_nothing_and_never_deadlock() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("SQLite serialises writers: nothing races")
     project = Project.objects.create(slug="race", name="Race")
     now = datetime.now(UTC)
     errors: list[BaseException] = []
