@@ -322,9 +322,13 @@ class Ledger:
         """Write the saga to its store now, if it is not there yet."""
         if self.started:
             return
-        record = self.next_record()
+        # A step that failed before the saga was ever stored (its PENDING write failed) is
+        # noted on the record; a new saga has no failed step, so the first write leaves it
+        # to the next change (the rollback's COMPENSATING), as note_failed_step says.
+        failed_step = self.record.failed_step
+        record = self.next_record()._replace(failed_step=None)
         self.commit(record, None, self.event(record, EventKind.SAGA, record.status, None))
-        self.record = record
+        self.record = record._replace(failed_step=failed_step)
         self.started = True
 
     def saga_to(

@@ -23,6 +23,7 @@ from undo_core import (
     Saga,
     SagaChange,
     SagaRecord,
+    SagaRollbackError,
     SagaStatus,
     StepState,
     StoreError,
@@ -133,6 +134,35 @@ def test_a_change_the_world_already_made_comes_back_with_the_store_error() -> No
     store.refuse = True  # later writes of an unpersisted step are best effort: no raise
     assert ledger.step_to(step, StepState.COMPENSATING).unsaved is not None
     assert step.state is StepState.COMPENSATING
+
+
+class StoreDown(MemoryStore):
+    def apply(self, change: SagaChange) -> None:
+        raise StoreError("the store is down")
+
+
+def test_a_store_down_from_the_first_write_raises_store_error_and_runs_no_tool() -> None:
+    # The saga's first write (its first step's PENDING) fails, then so does the rollback's
+    # first write: the error is the store's, not a rule refusing the engine's own change.
+    ran: list[int] = []
+    saga = Saga("first", store=StoreDown())
+    with pytest.raises(StoreError, match="the store is down"):
+        saga.execute(define_tool("t", ran.append, lambda out, x: None), 1)
+    assert ran == []
+
+
+def test_a_first_write_refused_once_rolls_back_a_saga_the_rules_accept() -> None:
+    store = RefusesNextWrite()
+    store.refuse = True
+    ran: list[int] = []
+    saga = Saga("first", store=store)
+    with pytest.raises(SagaRollbackError):
+        saga.execute(define_tool("t", ran.append, lambda out, x: None), 1)
+    assert ran == []  # its PENDING was never stored: the tool did not run
+    stored = store.load(saga.id)
+    assert stored is not None
+    assert stored.record.status is SagaStatus.ROLLED_BACK
+    assert stored.record.failed_step == "step-1"
 
 
 def test_a_refused_change_that_did_not_happen_raises_and_memory_stays() -> None:
