@@ -32,6 +32,7 @@ from django.utils import timezone
 from sagaboard.domain import approvals, audit, saga_stop, undo_kinds
 from sagaboard.domain.worker_store import Busy, WorkerStore
 from sagaboard.infra.logs import saga_context
+from sagaboard.infra.observed_time import unchanged_for
 from sagaboard.models import Approval, ApprovalPolicy, Saga, Step
 from undo_core import (
     ApprovalRequest,
@@ -310,47 +311,74 @@ def step_action_run(step_pk: int) -> str:
 
 
 def orphaned_work(*, stale_seconds: float = 30.0) -> list[tuple[str, int]]:
-    """Work whose task was lost (a worker killed with its queue): ("saga"|"step", pk).
+    """Work whose task was lost (a worker killed with its queue): ("saga"|"step"|"stop", pk).
 
-    A server-run saga left COMPENSATING with no live lease and no approval
-    pending, and an operator's request still pending after ``stale_seconds``
-    on a saga nobody holds; at once, any saga whose lease holder is a process of
-    this host that has died (a worker SIGKILLed mid-undo). Picking one up twice
-    is harmless: the lease lets one worker in, and the state says whether
-    anything is left to do.
+    A server-run saga left COMPENSATING with no live lease and no approval pending, an
+    operator's request still pending after ``stale_seconds`` on a saga nobody holds, and
+    a stop request left that long; at once, any saga whose lease holder is a process of
+    this host that has died (a worker SIGKILLed mid-undo). Picking one up twice is
+    harmless: the lease lets one worker in, and the state says whether anything is left.
+
+    The wall clock is trusted only where it cannot cause a second run. A lease lapsed
+    by it while its holder may be alive (the clock stepped forward), and a stored time
+    in the future (the clock stepped back), count only once the sweep has seen the row
+    unchanged for ``stale_seconds`` and a lease's length by this host's monotonic clock
+    (``sagaboard.infra.observed_time``): a live holder renews its lease well before that.
+    A lease set further ahead than a lease lasts (before the clock went back) is cut to
+    one lease from now, so that a dead holder's lapses on time.
     """
     now = timezone.now()
-    free = Q(saga__lease_owner__isnull=True) | Q(saga__lease_expires_at__lt=now)
+    lease = timedelta(seconds=settings.SAGABOARD_WORKER_LEASE_SECONDS)
     cutoff = now - timedelta(seconds=stale_seconds)
-    sagas = (
-        Saga.objects.filter(
-            driver=Saga.Driver.SERVER, status=SagaStatus.COMPENSATING, changed_at__lt=cutoff
-        )
-        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
-        .exclude(approvals__status=Approval.Status.PENDING)
-        .values_list("pk", flat=True)[:100]
-    )
-    steps = [
-        (pk, request)
-        for pk, request in Step.objects.filter(
-            free, pending_action__isnull=False, saga__driver=Saga.Driver.SERVER
-        ).values_list("pk", "pending_action")[:100]
-    ]
-    stale_steps = [
-        pk for pk, request in steps if (request or {}).get("at", "") < cutoff.isoformat()
-    ]
+    watch = max(stale_seconds, lease.total_seconds())
+    Saga.objects.filter(
+        driver=Saga.Driver.SERVER, lease_owner__isnull=False, lease_expires_at__gt=now + lease
+    ).update(lease_expires_at=now + lease)
+
+    def seen_still(key: str, *fingerprint: object) -> bool:
+        return unchanged_for(key, repr(fingerprint)) >= watch
+
     held = Saga.objects.filter(
         driver=Saga.Driver.SERVER,
         status__in=[SagaStatus.COMPENSATING, SagaStatus.ROLLBACK_FAILED],
         lease_owner__isnull=False,
-        lease_expires_at__gte=now,
     ).values_list("pk", "lease_owner")[:200]
     dead = [pk for pk, owner in held if local_owner_dead(owner)]
-    stops = Saga.objects.filter(
+    candidates = (
+        Saga.objects.filter(driver=Saga.Driver.SERVER, status=SagaStatus.COMPENSATING)
+        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
+        .filter(Q(changed_at__lt=cutoff) | Q(changed_at__gt=now))
+        .exclude(approvals__status=Approval.Status.PENDING)
+        .exclude(pk__in=dead)
+        .values_list("pk", "seq", "changed_at", "lease_owner", "lease_expires_at")[:100]
+    )
+    sagas = [
+        pk
+        for pk, seq, changed, owner, expires in candidates
+        if (owner is None and changed < now) or seen_still(f"saga:{pk}", seq, owner, expires)
+    ]
+    requests = (
+        Step.objects.filter(
+            Q(saga__lease_owner__isnull=True) | Q(saga__lease_expires_at__lt=now),
+            pending_action__isnull=False,
+            saga__driver=Saga.Driver.SERVER,
+        )
+        .exclude(saga_id__in=dead)
+        .values_list("pk", "pending_action", "saga__lease_owner", "saga__lease_expires_at")[:100]
+    )
+    early, late = cutoff.isoformat(), now.isoformat()
+    stale_steps = [
+        pk
+        for pk, request, owner, expires in requests
+        if ((at := (request or {}).get("at", "")) < early and owner is None)
+        or (not early <= at <= late and seen_still(f"step:{pk}", at, owner, expires))
+    ]
+    asked = Saga.objects.filter(
+        Q(rollback_requested_at__lt=cutoff) | Q(rollback_requested_at__gt=now),
         driver=Saga.Driver.SERVER,
-        rollback_requested_at__lt=cutoff,
         rollback_request_done_at__isnull=True,
-    ).values_list("pk", flat=True)[:100]
+    ).values_list("pk", "rollback_requested_at")[:100]
+    stops = [pk for pk, at in asked if at < now or seen_still(f"stop:{pk}", at)]
     dead_steps = list(
         Step.objects.filter(saga_id__in=dead, pending_action__isnull=False).values_list(
             "pk", flat=True
