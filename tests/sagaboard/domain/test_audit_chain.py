@@ -19,6 +19,7 @@ from sagaboard.domain.audit import export_recorded
 from sagaboard.domain.audit_chain import verify_audit
 from sagaboard.infra.hash_chain import GENESIS, link_hash
 from sagaboard.models import AuditChain, AuditEntry, Project
+from tests.support import racing
 
 pytestmark = pytest.mark.django_db
 
@@ -172,9 +173,11 @@ def test_an_unknown_project_is_a_clear_error() -> None:
 def test_concurrent_writers_number_one_chain_without_gaps_or_forks() -> None:
     project = Project.objects.create(slug="busy", name="Busy")
     errors: list[BaseException] = []
+    start = racing.Start(4)
 
-    def writer() -> None:
+    def writer(n: int) -> None:
         try:
+            start.wait(n)
             for _ in range(15):
                 with transaction.atomic():
                     write(project, 1)
@@ -183,7 +186,7 @@ def test_concurrent_writers_number_one_chain_without_gaps_or_forks() -> None:
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=writer) for _ in range(4)]
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
     for t in threads:
         t.start()
     for t in threads:

@@ -45,6 +45,7 @@ from sagaboard.models import (
     Saga,
     Step,
 )
+from tests.support import racing
 from tests.support.hitl import person, storebot_server_saga
 from undo_core import LeaseError, UndoContext
 
@@ -183,12 +184,12 @@ class Result:
 
 def start(*calls: Callable[[], Any]) -> tuple[list[threading.Thread], list[Result]]:
     """Run each call on its own thread, all released at the same instant."""
-    barrier = threading.Barrier(len(calls))
+    begin = racing.Start(len(calls), timeout=WAIT)
     results = [Result() for _ in calls]
 
-    def run(fn: Callable[[], Any], out: Result) -> None:
+    def run(i: int, fn: Callable[[], Any], out: Result) -> None:
         try:
-            barrier.wait(timeout=WAIT)
+            begin.wait(i)
             out.value = fn()
         except BaseException as err:  # reported to the test
             out.error = err
@@ -197,8 +198,8 @@ def start(*calls: Callable[[], Any]) -> tuple[list[threading.Thread], list[Resul
             connection.close()
 
     threads = [
-        threading.Thread(target=run, args=(fn, out), daemon=True)
-        for fn, out in zip(calls, results, strict=True)
+        threading.Thread(target=run, args=(i, fn, out), daemon=True)
+        for i, (fn, out) in enumerate(zip(calls, results, strict=True))
     ]
     for t in threads:
         t.start()

@@ -24,6 +24,7 @@ from sagaboard.domain.tokens import token_create
 from sagaboard.models import Project, Saga, SagaCount, Step
 from sagaboard.models.overview import EPOCH, TOTALS, fold_changes
 from sagaboard.selectors import overview
+from tests.support import racing
 from tests.support.agent_runs import post_events, storebot_events
 from undo_core import Saga as EngineSaga
 from undo_core import SagaRollbackError, define_tool
@@ -216,13 +217,13 @@ def test_writers_racing_on_one_bucket_lose_nothing_and_never_deadlock() -> None:
     project = Project.objects.create(slug="race", name="Race")
     now = datetime.now(UTC)
     errors: list[BaseException] = []
-    start = threading.Barrier(4)
+    start = racing.Start(4)
 
     def writer(worker: int) -> None:
         # Each commit creates sagas and moves others both ways between two statuses (the
         # orders that deadlock two upserts on shared counter rows), in the same buckets.
         try:
-            start.wait()
+            start.wait(worker)
             for round_ in range(25):
                 with transaction.atomic():
                     for k in range(4):
