@@ -107,7 +107,9 @@ class Plan:
 
 # A flood of S sagas watched by C clients is S x C websocket messages to push (about a
 # quarter of a millisecond of server CPU each): sized so the drain stays in seconds.
-QUICK = Plan((1, 20, 50), 60, 60.0, 10.0, 10, 1.0, 600, 50, 30.0)
+# Quick (CI) checks the ratios baseline.json holds (1 and 20 clients); the 50-client aims
+# are measured by the full run only.
+QUICK = Plan((1, 20), 60, 60.0, 10.0, 10, 1.0, 600, 50, 30.0)
 FULL = Plan((1, 50, 200), 200, 20.0, 15.0, 20, 3.0, 2000, 100, 90.0)
 
 
