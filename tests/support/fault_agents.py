@@ -103,8 +103,10 @@ class AgentRun:
     """``agent`` on a thread of its own, posting to ``site`` through the SDK (with its
     retries and spool) until ``finish``."""
 
-    def __init__(self, site: FaultSite, timeout: float) -> None:
-        self.store = SagaboardStore(site.web.url, site.token, flush_interval=0.02, timeout=timeout)
+    def __init__(self, site: FaultSite, timeout: float, spool: Path | None = None) -> None:
+        self.store = SagaboardStore(
+            site.web.url, site.token, flush_interval=0.02, timeout=timeout, spool=spool
+        )
         self.stop, self.done = threading.Event(), list[str]()
         self.thread = threading.Thread(target=agent, args=(self.store, self.stop, self.done))
         self.thread.start()

@@ -6,6 +6,7 @@ same machine), so a fault test never stops them: it starts its own on a free por
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from tests.support.live_server import free_port
 
-__all__ = ["PostgresCluster", "RedisProcess"]
+__all__ = ["PostgresCluster", "RedisProcess", "SmallDisk"]
 
 PG_BIN = Path(os.environ.get("SAGABOARD_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -107,3 +108,52 @@ class PostgresCluster:
         if self.running():
             self.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class SmallDisk:
+    """A size-limited filesystem (a tmpfs of ``megabytes``) mounted at ``path``, which
+    ``fill()`` fills to the last byte with a ballast file and ``free()`` empties again: a
+    real ENOSPC for whatever writes there (SQLite's file, its WAL and journal).
+
+    Mounting needs root (CAP_SYS_ADMIN): ``mount()`` says why when it cannot.
+    """
+
+    def __init__(self, path: Path, megabytes: int) -> None:
+        self.path = path
+        self.megabytes = megabytes
+        self.ballast = path / "ballast"
+        self.mounted = False
+
+    def mount(self) -> str | None:
+        """Mount it; ``None``, or why it could not be mounted here."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={self.megabytes}m", "tmpfs", str(self.path)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        self.mounted = done.returncode == 0
+        return None if self.mounted else f"cannot mount a tmpfs: {done.stderr.strip()}"
+
+    def fill(self) -> int:
+        """Write ballast until the filesystem refuses a byte; the bytes written."""
+        written = 0
+        fd = os.open(self.ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            for size in (1 << 20, 1 << 12, 1):
+                with contextlib.suppress(OSError):  # ENOSPC: go on with smaller writes
+                    while True:
+                        written += os.write(fd, b"\0" * size)
+        finally:
+            os.close(fd)
+        return written
+
+    def free(self) -> None:
+        self.ballast.unlink(missing_ok=True)
+
+    def __enter__(self) -> SmallDisk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.path)], check=False)
+            self.mounted = False
