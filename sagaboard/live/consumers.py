@@ -24,6 +24,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -50,6 +51,8 @@ CATCH_UP_PAGE = 1000
 CLOSE_TRY_AGAIN = 1013
 """The re-check itself failed: the browser reconnects (a fresh handshake checks again)."""
 SENT_KEPT = 20_000
+SEND_BATCH = 200
+"""At most this many queued fragments rendered in one database thread hop."""
 SOON_SECONDS = 1.0
 BADGES_PING = '<span id="live-ping" hx-swap-oob="true"></span>'
 """What a page without a live body hears: its badges ask again (static/sagaboard/badges.js)."""
@@ -59,6 +62,7 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
     revoked = False
     groups: tuple[str, ...] = ()
     soon: _Soon | None = None
+    sending: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -102,6 +106,7 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         # relayed or refilled from the log, so delivery is complete whatever is dropped.
         self.last: dict[int, int] = dict.fromkeys(self.projects, start)
         self.sent: set[int] = set()
+        self.outbox: list[tuple[int, int]] = []  # (saga pk, log id) to render and send, in order
         relay(start)
         await self._catch_up(start)
 
@@ -119,6 +124,8 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self.soon is not None:
             self.soon.cancel()
+        if self.sending is not None:
+            self.sending.cancel()
         recheck(access_for_sessions).discard(self)
         await self._leave_groups()
 
@@ -218,12 +225,29 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
                     self.soon = _Soon(self._send_summary)
                 self.soon.ask()
             return
-        if self.view.attention:
-            html = await _render_attention(self.user, log_id)  # per user: whole body
-        else:
-            html = await shared.get(self.view, saga_pk, log_id)
-        if html and not self.revoked:  # revoked while rendering: the render is dropped
-            await self.send(text_data=html)
+        # Queued, not rendered here: a message is taken off the channel layer at once, and
+        # whatever piled up while a render ran is rendered in one thread hop (``_send_queued``).
+        # One event at a time, a busy process fell further behind its relay with every burst.
+        self.outbox.append((saga_pk, log_id))
+        if self.sending is None or self.sending.done():
+            self.sending = asyncio.ensure_future(self._send_queued())
+
+    async def _send_queued(self) -> None:
+        """Render and send the queued fragments, oldest first, until none is left."""
+        try:
+            while self.outbox and not self.revoked:
+                batch, self.outbox = self.outbox[:SEND_BATCH], self.outbox[SEND_BATCH:]
+                if self.view.attention:  # per user: the whole body
+                    htmls = [await _render_attention(self.user, log_id) for _, log_id in batch]
+                else:
+                    htmls = await shared.get_many(self.view, batch)
+                for html in htmls:
+                    if html and not self.revoked:  # revoked while rendering: dropped
+                        await self.send(text_data=html)
+        except Exception:  # as an error in a handler did: closed, the browser reconnects
+            log.exception("could not render or send the live feed's fragments")
+            self.revoked = True  # nothing more is sent on this socket
+            await self.close(code=1011)
 
     async def _send_summary(self) -> None:
         """The overview's live part (for this user's projects, as of the newest event
@@ -344,6 +368,17 @@ def _render_detail(saga_pk: int, log_id: int) -> str:
 
 
 @database_sync_to_async
+def _render_rows(items: list[tuple[int, int]]) -> dict[tuple[int, int], Any]:
+    """``_render_row`` for each (saga pk, log id), in one thread hop and two queries."""
+    sagas = visible.saga_rows({saga_pk for saga_pk, _ in items})
+    return {
+        (saga_pk, log_id): (*sagas[saga_pk], fragments.saga_row(sagas[saga_pk][0], log_id))
+        for saga_pk, log_id in items
+        if saga_pk in sagas
+    }
+
+
+@database_sync_to_async
 def _render_row(saga_pk: int, log_id: int) -> tuple[Saga, frozenset[str], str]:
     saga = visible.saga_row(saga_pk)  # with what the list's row shows (step count, ...)
     tools = frozenset(saga.steps.values_list("tool_name", flat=True))
@@ -452,10 +487,34 @@ class _Fragments:
         saga, tools, row = await self._once(
             ("row", saga_pk, log_id), lambda: _render_row(saga_pk, log_id)
         )
+        return self._on_list(view, saga, tools, row)
+
+    @staticmethod
+    def _on_list(view: _View, saga: Saga, tools: frozenset[str], row: str) -> str:
         if visible.saga_matches(saga, tools, **view.filters):
             return row
         # No longer on this filtered list (it left the status shown): take the row away.
-        return fragments.saga_row_gone(saga_pk)
+        return fragments.saga_row_gone(saga.pk)
+
+    async def get_many(self, view: _View, items: list[tuple[int, int]]) -> list[str]:
+        """``get`` for each (saga pk, log id), in order; list rows not rendered yet by this
+        process are rendered together, in one thread hop."""
+        if not view.listing or view.queue or view.saga_pk is not None:
+            return [await self.get(view, saga_pk, log_id) for saga_pk, log_id in items]
+        loop = asyncio.get_running_loop()
+        keys = [("row", saga_pk, log_id) for saga_pk, log_id in items]
+        tasks: dict[tuple[Any, ...], asyncio.Future[Any]] = {}
+        for key in dict.fromkeys(keys):
+            task = self.tasks.get(key)
+            if task is not None and task.get_loop() is loop:
+                tasks[key] = task
+        missing = [key for key in dict.fromkeys(keys) if key not in tasks]
+        if missing:
+            together = asyncio.ensure_future(_render_rows([(k[1], k[2]) for k in missing]))
+            for key in missing:
+                tasks[key] = self._once(key, partial(_picked, together, (key[1], key[2])))
+        found = [await tasks[key] for key in keys]
+        return [self._on_list(view, *one) if one else "" for one in found]
 
     async def touches(self, log_id: int) -> _Touches:
         """What the event can change: read once per process, for all its sockets."""
@@ -469,6 +528,11 @@ class _Fragments:
             ("overview", projects, log_id), lambda: _render_overview(projects)
         )
         return html
+
+
+async def _picked(together: asyncio.Future[dict[Any, Any]], key: tuple[int, int]) -> Any:
+    """One row of a render of several (None: its saga is gone)."""
+    return (await together).get(key)
 
 
 shared = _Fragments()

@@ -157,6 +157,18 @@ def saga_row(saga_pk: int) -> Saga:
     return saga
 
 
+def saga_rows(saga_pks: Collection[int]) -> dict[int, tuple[Saga, frozenset[str]]]:
+    """Several sagas as ``saga_row`` reads them, with their steps' tool names: two queries
+    however many (a saga that is gone is left out)."""
+    rows = saga_search.with_row_facts(Saga.objects.select_related("project"))
+    sagas = list(rows.filter(pk__in=saga_pks))
+    tools: dict[int, set[str]] = {s.pk: set() for s in sagas}
+    steps = Step.objects.filter(saga_id__in=tools).values_list("saga_id", "tool_name")
+    for saga_pk, tool in steps:
+        tools[saga_pk].add(tool)
+    return {s.pk: (s, frozenset(tools[s.pk])) for s in sagas}
+
+
 def event_list_for_saga(*, saga: Saga, after: int = 0, limit: int = 500) -> list[Event]:
     """The saga's event log after the log id ``after``, oldest first (a catch-up cursor).
 

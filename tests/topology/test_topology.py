@@ -1,23 +1,20 @@
-"""The production topology under load: 2 web processes, 2 Celery workers, Redis, one browser.
-
-Still on the single-server form (two uvicorn processes serving HTTP and websockets, each as
-``make run`` does): run through nginx with gunicorn web processes and a uvicorn live process
-(the Procfile's split), the tab's feed stopped receiving mid-run in both runs tried (branch
-``serve-split-topology-wip``); the split's routing, Procfile and WSGI entry are pinned by
-tests/topology/test_deploy.py instead, until that is understood.
+"""The production topology under load, as the Procfile runs it: nginx (deploy/nginx.conf) in
+front of a gunicorn web server with 2 worker processes (WSGI: pages and the API) and a uvicorn
+live process (ASGI: websockets), 2 Celery workers, Redis, one browser tab.
 
 Everything runs on 127.0.0.1 against a throw-away database of the run's kind (a fresh
 PostgreSQL database when the suite's ``DATABASE_URL`` is PostgreSQL, else a SQLite
 file), set up with the real commands (``migrate``, the demo project and its demo/demo
 login, an API token), and a Redis database index claimed for the run:
 
-* web 1 and web 2: uvicorn, ``REDIS_URL`` set, so one of them holds the relay lease and
-  publishes every event through Redis to both;
+* web: gunicorn, 2 workers (``WEB_CONCURRENCY``'s default), every HTTP request through nginx;
+* live: uvicorn, every websocket through nginx; ``REDIS_URL`` set, so its relay holds the
+  lease and is woken through Redis when a web worker commits an event;
 * worker A (``celery worker --pool=solo``) and worker B (the same, with ``-B``: the beat
   whose sweep re-queues orphaned work), ``SAGABOARD_WORKER_LEASE_SECONDS=10``;
-* a browser tab: logged in as demo on web 1, its websocket on the saga list.
+* a browser tab: logged in as demo through nginx, its websocket on the saga list.
 
-The agent side drives 200 sagas through web 2 with the SDK, four at a time:
+The agent side drives 200 sagas through nginx with the SDK, four at a time:
 
 * 67 run by sagaboard (``SagaboardClient``, the manual flow): two steps whose undos are
   server-side handlers (``topology.return_item`` / ``topology.refund_payment``: the demo's
@@ -44,8 +41,8 @@ What must hold at the end (every wait bounded in time, every loop in count):
    (an ``exit`` line) and exactly one succeeded attempt on the server; a second
    ``enter`` is allowed only after a call that never returned, in the killed worker.
    The in-process undos of the mirrored sagas ran once each, newest first.
-4. Every event reached the browser on the other web process. Each event of the log
-   becomes one live fragment carrying its log id (``data-last`` of the live cursor,
+4. Every event committed by a web worker reached the browser on the live process. Each
+   event of the log becomes one live fragment carrying its log id (``data-last`` of the live cursor,
    ``saga_list.html#saga-row-live``), so the criterion is the set of log ids: every log id of
    the 200 sagas' events (from the API) is among those the tab received, and no log
    id came twice. A fragment is rendered after its event committed, from the saga's
@@ -87,6 +84,7 @@ from websockets.typing import Origin
 from tests.support.live_server import (
     CLAIM,
     ROOT,
+    Proxy,
     Server,
     Worker,
     load_demo,
@@ -174,12 +172,12 @@ class Tab(threading.Thread):
     are looked at only once the run is over.
     """
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, base_url: str) -> None:
         super().__init__(name="topology-tab", daemon=True)
         self.ws: ClientConnection = connect(
-            server.url.replace("http://", "ws://") + "/ws/sagas/?list=1",
-            origin=Origin(server.url),
-            additional_headers={"Cookie": session_cookie(server.url)},
+            base_url.replace("http://", "ws://") + "/ws/sagas/?list=1",
+            origin=Origin(base_url),
+            additional_headers={"Cookie": session_cookie(base_url)},
             open_timeout=10,
             close_timeout=2,
             proxy=None,
@@ -424,23 +422,26 @@ def test_two_web_processes_two_workers_200_sagas_a_worker_killed_mid_undo(
         stack.callback(a.stop)
         b = Worker("b", worker_env, tmp_path, beat=True)
         stack.callback(b.stop)
-        web1 = Server(url, settings="tests.support.topology_settings", env=env)
-        web2 = Server(url, settings="tests.support.topology_settings", env=env)
-        stack.callback(web2.stop)
-        stack.callback(web1.stop)
-        web1.start(timeout=START_SECONDS)
-        web2.start(timeout=START_SECONDS)
+        web = Server(url, settings="tests.support.topology_settings", env=env,
+                     server="gunicorn", workers=2)  # fmt: skip
+        live = Server(url, settings="tests.support.topology_settings", env=env)
+        proxy = Proxy(tmp_path, web=[web], live=[live])
+        for part in (web, live, proxy):
+            stack.callback(part.stop)
+        web.start(timeout=START_SECONDS)
+        live.start(timeout=START_SECONDS)
+        proxy.start()
         for w in (a, b):
             w.wait_ready(START_SECONDS)
-        tab = Tab(web1)
+        tab = Tab(proxy.url)
         stack.callback(tab.close)
         tab.start()
         phases["started"] = time.monotonic() - began
 
-        # ------------------------------------------------ drive 200 sagas through web 2
-        store = SagaboardStore(web2.url, token, flush_interval=0.02, timeout=30)
+        # ------------------------------------------------ drive 200 sagas through nginx
+        store = SagaboardStore(proxy.url, token, flush_interval=0.02, timeout=30)
         stack.callback(store.close, timeout=10)
-        agent = Agent(web2.url, token, store)
+        agent = Agent(proxy.url, token, store)
         stack.callback(agent.close)
         todo = plans(run)
         assert len(todo) == 200
@@ -462,11 +463,11 @@ def test_two_web_processes_two_workers_200_sagas_a_worker_killed_mid_undo(
         for future in done:
             future.result()  # an agent's error, as it was raised
         assert not pending, f"{len(pending)} sagas not driven within {DRIVE_SECONDS:g} s"
-        assert store.flush(timeout=60), "the mirrored sagas' events did not all reach web 2"
+        assert store.flush(timeout=60), "the mirrored sagas' events were not all taken"
         phases["driven"] = time.monotonic() - began
 
         # ------------------------------------------------ worker B finishes every rollback
-        reader = SagaboardClient(web1.url, token, timeout=30, retries=6)
+        reader = SagaboardClient(proxy.url, token, timeout=30, retries=6)
         stack.callback(reader.close)
         waiting = {p.saga_id for p in todo if p.kind == "server"}
 
@@ -569,7 +570,7 @@ def test_two_web_processes_two_workers_200_sagas_a_worker_killed_mid_undo(
         expected = ["refund_payment", "return_item"] if p.kind == "rolled_back" else []
         assert mine == expected, (p.saga_id, mine)
 
-    # 4. every event reached the tab on web 1, once; its newest row shows the final status
+    # 4. every event reached the tab on the live process, once; its newest row: the final status
     received = tab.log_ids()
     repeated = {n: c for n, c in Counter(received).items() if c > 1}
     assert not repeated, f"events sent to the tab more than once: {repeated}"
@@ -582,7 +583,7 @@ def test_two_web_processes_two_workers_200_sagas_a_worker_killed_mid_undo(
                     lost_by[sid].append((e["log_id"], e["seq"], e["kind"], e["to_state"]))
         overtaken = sum(1 for m in missing if max(received, default=0) > m)
         raise EventsNeverShown(
-            f"{len(missing)} of {len(wanted)} events never reached the tab on web 1 (tab "
+            f"{len(missing)} of {len(wanted)} events never reached the tab (live process; tab "
             f"closed: {tab.closed}); {overtaken} of them are below a log id it did get; "
             f"first: {dict(list(lost_by.items())[:4])}"
         )
@@ -644,7 +645,7 @@ def test_an_event_committed_late_still_reaches_the_browser(
                                "SAGABOARD_LOG_LEVEL": "WARNING"})  # fmt: skip
         stack.callback(web.stop)
         web.start(timeout=START_SECONDS)
-        tab = Tab(web)
+        tab = Tab(web.url)
         stack.callback(tab.close)
         tab.start()
 
