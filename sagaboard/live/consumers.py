@@ -107,7 +107,8 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         self.last: dict[int, int] = dict.fromkeys(self.projects, start)
         self.sent: set[int] = set()
         self.outbox: list[tuple[int, int]] = []  # (saga pk, log id) to render and send, in order
-        relay(start)
+        if relay(start).degraded:
+            await self.live_state(True)
         await self._catch_up(start)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
@@ -196,6 +197,11 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
             return
         await self._push(project, log_id, message["saga_pk"])
 
+    async def live_state(self, degraded: bool) -> None:
+        """The relay of this process failed (or is back): say so in the page's header."""
+        if not self.revoked:
+            await self.send(text_data=fragments.live_state(degraded))
+
     async def saga_tail(self, message: dict[str, Any]) -> None:
         """The relay's newest id for a project: past ours means its last messages were lost."""
         project = message["project"]
@@ -210,8 +216,12 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
                 if log_id not in self.sent and not self.revoked:
                     await self._push(project_pk, log_id, saga_pk)
             if len(rows) < CATCH_UP_PAGE:
-                return
+                break
             after = rows[-1][0]
+        if self.sending is not None:
+            # Sent before the next message is handled: a browser that just connected has
+            # its catch-up before anything newer, and a closed socket nothing half-sent.
+            await self.sending
 
     async def _push(self, project: int, log_id: int, saga_pk: int) -> None:
         self.last[project] = max(log_id, self.last.get(project, 0))

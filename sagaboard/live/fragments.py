@@ -25,6 +25,7 @@ SAGA_ROW_GONE = "sagaboard/saga_list.html#saga-row-gone"
 QUEUE = "sagaboard/approval_queue.html#{}"
 ATTENTION_BODY = "sagaboard/attention.html#attention-body"
 OVERVIEW_LIVE = "sagaboard/overview.html#overview-live"
+LIVE_STATE = "_base.html#live-state"
 
 _LIVE = {"live": True, "oob": True}
 
@@ -69,3 +70,10 @@ def overview_live(project_pks: Sequence[int]) -> str:
     projects = list(Project.objects.filter(pk__in=project_pks).order_by("slug"))
     context = presenters.overview_live(projects, fresh=True)
     return render_to_string(OVERVIEW_LIVE, {**context, **_LIVE})
+
+
+def live_state(degraded: bool) -> str:
+    """The header's live indicator: "Live", or that updates are delayed (the relay of this
+    process cannot read the event log or reach the channel layer). Needs no database."""
+    state = "degraded" if degraded else "live"
+    return render_to_string(LIVE_STATE, {"live_state": state, **_LIVE})

@@ -200,6 +200,9 @@ class Relay:
         self.woken = asyncio.Event()
         """Set by a commit (``sagaboard.live.wake``): read the log now, not at the poll."""
         self.task: asyncio.Task[None] | None = None
+        self.degraded = False
+        """Its last read of the log or send to the channel layer failed: browsers are told
+        their updates are delayed (``live_state``) until a read and its sends succeed."""
         self.listeners: list[wake.Listener] | None = None
         self.listening: list[asyncio.Task[None]] = []
 
@@ -228,7 +231,22 @@ class Relay:
             except Exception:  # the database or Redis blinked: keep the relay alive, retry
                 log.exception("event relay could not read the log or reach the channel layer")
                 self.last_id = None  # re-read the shared cursor: another relay may have led
+                await self._tell_sockets(degraded=True)
                 await asyncio.sleep(1.0)
+            else:
+                await self._tell_sockets(degraded=False)
+
+    async def _tell_sockets(self, *, degraded: bool) -> None:
+        """On a change of health only: this process's open sockets, directly (the channel
+        layer may be what failed). Once healthy again, each socket's gap check refills
+        what it missed from the log (the relay restarts with no ``prev`` to vouch for)."""
+        if degraded == self.degraded:
+            return
+        self.degraded = degraded
+        checks = _rechecks.get(asyncio.get_running_loop())
+        for socket in list(checks.sockets) if checks is not None else []:
+            with contextlib.suppress(Exception):  # a socket closing meanwhile
+                await socket.live_state(degraded)
 
     async def _step(self) -> None:
         if not await self.leadership.hold():
@@ -331,6 +349,7 @@ class Rechecked(Protocol):
     session_key: str
 
     async def apply_access(self, access: Any) -> None: ...
+    async def live_state(self, degraded: bool) -> None: ...
 
 
 class Recheck:

@@ -32,7 +32,7 @@ document.addEventListener("htmx:wsClose", function (evt) {
   if (leaving) return;
   var key = "sagaboard.live-closed." + code;
   var last = parseInt(window.sessionStorage.getItem(key) || "0", 10);
-  document.querySelectorAll(".live").forEach(function (el) { el.textContent = "not live"; });
+  liveState("off", "Not live");
   if (Date.now() - last > 30000) {
     window.sessionStorage.setItem(key, String(Date.now()));
     window.location.reload();
@@ -46,4 +46,23 @@ document.addEventListener("htmx:wsClose", function (evt) {
   flash.className = "message error";
   flash.setAttribute("role", "alert");
   flash.hidden = false;
+});
+
+// The header's live indicator (#live-state) says whether what the page shows is still
+// followed: "Live" while the feed's socket is open, "Reconnecting" while it is not (htmx's
+// ws extension tries again, and the page catches up from its last event when it is back).
+// The server replaces it with "Live updates delayed" while its relay cannot read the log
+// or reach the channel layer, and with "Live" again once it can.
+function liveState(state, text) {
+  var el = document.getElementById("live-state");
+  if (!el) return;
+  el.hidden = false;  // hidden until the page's script runs: without it nothing is live
+  el.dataset.state = state;
+  el.textContent = text;
+}
+document.addEventListener("htmx:wsOpen", function () { liveState("live", "Live"); });
+document.addEventListener("htmx:wsClose", function (evt) {
+  var code = evt.detail && evt.detail.event && evt.detail.event.code;
+  if (code === 4401 || code === 4403 || leaving) return;  // handled above
+  liveState("reconnecting", "Reconnecting…");
 });

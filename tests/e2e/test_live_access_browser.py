@@ -109,3 +109,32 @@ def test_a_viewer_taken_out_of_the_project_sees_the_list_without_it(
         assert tab.page.locator("#saga-rows tr[id^='saga-']").count() == 0
     finally:
         context.close()
+
+
+def test_the_header_says_when_the_page_is_live_and_when_it_is_reconnecting(
+    browser: Any, site: tuple[Server, str]
+) -> None:
+    server, _ = site
+    context = logged_in(browser, server, "demo", "demo")
+    try:
+        tab = open_tab(context, server, "/")
+        state = tab.page.locator("#live-state")
+        tab.page.wait_for_function(
+            "() => document.getElementById('live-state').dataset.state === 'live'"
+        )
+        assert state.is_visible() and state.inner_text() == "Live"
+        server.stop()  # the feed's socket closes with the server
+        tab.page.wait_for_function(
+            "() => document.getElementById('live-state').dataset.state === 'reconnecting'"
+        )
+        assert state.inner_text() == "Reconnecting…"
+        server.start()  # the ws extension reconnects by itself
+        tab.page.wait_for_function(
+            "() => document.getElementById('live-state').dataset.state === 'live'",
+            timeout=30_000,
+        )
+        assert state.inner_text() == "Live"
+    finally:
+        context.close()
+        if server.proc is None:
+            server.start()

@@ -182,3 +182,33 @@ async def test_a_burst_piled_up_behind_a_slow_render_arrives_whole_in_few_render
         texts.append(await comm.receive_from(timeout=10))  # fails the test when none comes
     assert len(calls) < len(texts) / 2, calls  # events rendered together, not one by one
     await comm.disconnect()
+
+
+async def test_a_relay_that_cannot_read_says_updates_are_delayed_then_catches_up(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sagaboard.live import relay as relay_module
+
+    comm = feed(f"list=1&after={await database_sync_to_async(last_event_id)()}", world["cookie"])
+    await comm.connect()
+    real = relay_module._events_after
+
+    async def failing(*args: Any) -> Any:
+        raise ConnectionError("the channel layer is away")  # what Redis going down raises
+
+    monkeypatch.setattr(relay_module, "_events_after", failing)
+    html = await received(comm, 'id="live-state"')
+    assert 'data-state="degraded"' in html and "Live updates delayed" in html
+    pk = await run_saga(world["shop"], "while-degraded")  # committed, not relayed
+    assert await comm.receive_nothing(timeout=0.5)
+    monkeypatch.setattr(relay_module, "_events_after", real)
+    texts: list[str] = []  # the state and what it missed (from the log), in either order
+    while not (
+        any('id="live-state"' in t for t in texts) and any(f'id="saga-{pk}"' in t for t in texts)
+    ):
+        texts.append(await comm.receive_from(timeout=5))
+    state = next(t for t in texts if 'id="live-state"' in t)
+    assert 'data-state="live"' in state and "hidden" not in state
+    row = next(t for t in texts if f'id="saga-{pk}"' in t)
+    assert status_texts(row) == ["COMPLETED"]
+    await comm.disconnect()
