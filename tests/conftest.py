@@ -15,6 +15,16 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
+# PostgreSQL's connection pool of this process (the servers tests start have their own, as
+# configured). Each async test runs an event loop of its own, and some end with a connection
+# still checked out by a thread of theirs: the live revocation tests leave one each
+# (measured with the pool's get_stats(); a long-lived loop, as a server's, returns them all).
+# A pool that never gets them back would be exhausted part-way through a run, failing
+# whatever test came next on its 5 s wait: room for a run's worth here.
+_POOL = settings.DATABASES["default"].get("OPTIONS", {}).get("pool")
+if isinstance(_POOL, dict):
+    _POOL["max_size"] = 24
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _demo_undos_registered() -> Any:
