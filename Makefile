@@ -100,14 +100,17 @@ test-sqlite: install
 # The second run takes what touches a database (Django, live servers): the engine's, the
 # SDK's and the adapters' tests never do, and ran once already.
 # Of the demos and the MCP server, only the tests with a live sagaboard touch a database.
-# Nor do the browser checks of how every page looks and reads (axe, a phone's width, the
-# keyboard, hostile text under the CSP): the same templates render the same rows on either
-# database (what each database stores of hostile values is the API fuzzer's, on both).
+# Nor do the browser checks of what a page shows and how it reads (axe, a phone's width, the
+# keyboard, hostile text under the CSP, an outcome's wording, the header's live state, the
+# README's quickstart): the same templates render the same rows on either database; what
+# the database does below them is tested on both in tests/sagaboard (and what each stores of
+# hostile values by the API fuzzer).
 DATABASE_TESTS := tests/sagaboard tests/security tests/e2e tests/topology tests/faults \
 	tests/demos/test_demos.py::test_storebot_with_url_shows_up_rolled_back_on_a_live_sagaboard \
 	tests/mcp/test_mcp_connected.py
 RENDERING_TESTS := tests/e2e/test_accessibility_browser.py tests/e2e/test_keyboard_browser.py \
-	tests/e2e/test_security_browser.py
+	tests/e2e/test_security_browser.py tests/e2e/test_outcome_browser.py \
+	tests/e2e/test_live_access_browser.py tests/e2e/test_readme_quickstart.py
 
 test-postgres: install
 	@echo "== pytest on PostgreSQL ($(SAGABOARD_TEST_DATABASE_URL)) =="
