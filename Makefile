@@ -89,13 +89,15 @@ test-fast: install
 	env -u DATABASE_URL $(VPY) -m pytest -m "not slow" -n auto
 
 # What only the production configuration has is left to the second run: a PostgreSQL
-# restart, Redis going away (channel layer, cache and broker at once), and the production
-# topology (several web processes and workers on PostgreSQL and Redis).
+# restart, Redis going away (channel layer, cache and broker at once), the production
+# topology and the Procfile's processes (several web processes and workers on PostgreSQL
+# and Redis).
+PRODUCTION_TESTS := tests/faults/test_postgres_restart.py tests/faults/test_redis_outage.py \
+	tests/topology/test_topology.py tests/topology/test_deploy.py
 test-sqlite: install
 	@echo "== pytest on SQLite =="
 	env -u DATABASE_URL $(VPY) -m pytest -n auto --dist worksteal --durations=30 \
-		--ignore=tests/faults/test_postgres_restart.py --ignore=tests/faults/test_redis_outage.py \
-		--ignore=tests/topology/test_topology.py
+		$(addprefix --ignore=,$(PRODUCTION_TESTS))
 
 # The second run takes what touches a database (Django, live servers): the engine's, the
 # SDK's and the adapters' tests never do, and ran once already.
