@@ -92,14 +92,11 @@ test-fast: install
 # restart, Redis going away (channel layer, cache and broker at once), the production
 # topology and the Procfile's processes (several web processes and workers on PostgreSQL
 # and Redis).
-# One worker more than CPUs: many of these tests wait on servers, browsers and workers they
-# started (and SQLite has no connection limit to share).
-SQLITE_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 PRODUCTION_TESTS := tests/faults/test_postgres_restart.py tests/faults/test_redis_outage.py \
 	tests/topology/test_topology.py tests/topology/test_deploy.py
 test-sqlite: install
 	@echo "== pytest on SQLite =="
-	env -u DATABASE_URL $(VPY) -m pytest -n $(SQLITE_WORKERS) --dist worksteal --durations=30 \
+	env -u DATABASE_URL $(VPY) -m pytest -n auto --dist worksteal --durations=30 \
 		$(addprefix --ignore=,$(PRODUCTION_TESTS))
 
 # The second run takes what touches a database (Django, live servers): the engine's, the
