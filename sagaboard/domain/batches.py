@@ -342,6 +342,10 @@ def _chunk_run(
     a refusal (or an error) is that item's outcome, not the chunk's."""
     now = timezone.now()
     with transaction.atomic(), audit.operation(batch=job.pk):
+        # The job's row before any audit chain's head, the order batch_cancel and _end take
+        # them in: the other order deadlocked against a cancel on PostgreSQL.
+        if not BatchJob.objects.select_for_update().filter(pk=job.pk, lease_owner=owner):
+            raise _LeaseLost
         items = list(
             BatchItem.objects.select_for_update()
             .filter(pk__in=ids, outcome="")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.http import QueryDict
 
 from sagaboard.domain import batches, jobs, operator_actions
@@ -12,6 +16,7 @@ from sagaboard.domain.approvals import DecisionRefused
 from sagaboard.models import Approval, AuditEntry, BatchItem, BatchJob, Project, Step
 from tests.support.batch_world import failed_undos
 from tests.support.hitl import person, waiting
+from tests.support.racing import Start
 
 pytestmark = pytest.mark.django_db
 
@@ -155,6 +160,67 @@ def test_cancel_stops_between_chunks_and_leaves_the_rest_undone(
     with pytest.raises(DecisionRefused) as again:
         batches.batch_cancel(user=operator, pk=job.pk)
     assert again.value.status == 409
+
+
+@pytest.mark.slow  # threads racing on real transactions
+@pytest.mark.skipif(
+    not os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")),
+    reason="row locks are PostgreSQL's (SQLite takes one lock for the whole file)",
+)
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_racing_a_running_chunk_waits_for_it_instead_of_deadlocking(
+    shop: Project, operator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chunk has audited its first item (it holds the chain's head) when the cancel
+    comes: both must take the job's row before the head, or PostgreSQL kills one."""
+    failed_undos(shop, 20)
+    job = create(operator, "leave")
+    acted, cancelling = threading.Event(), threading.Event()
+    real = operator_actions.step_act
+
+    def slow_first_item(**kw: Any) -> Any:
+        done = real(**kw)
+        if not acted.is_set():
+            acted.set()
+            cancelling.wait(timeout=10)
+            time.sleep(0.5)  # the cancel reaches its locks meanwhile
+        return done
+
+    monkeypatch.setattr(operator_actions, "step_act", slow_first_item)
+    start, results, errors = Start(2), {}, []
+
+    def worker() -> None:
+        try:
+            start.wait(0)
+            results["run"] = batches.batch_run(job.pk, chunk=4)
+        except BaseException as err:
+            errors.append(err)
+        finally:
+            connection.close()
+
+    def canceller() -> None:
+        try:
+            start.wait(1)
+            acted.wait(timeout=10)
+            cancelling.set()
+            results["cancel"] = batches.batch_cancel(user=operator, pk=job.pk).state
+        except BaseException as err:
+            errors.append(err)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker), threading.Thread(target=canceller)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    assert results == {"run": "cancelled", "cancel": "cancelling"}
+    job.refresh_from_db()
+    # The cancel lands after the chunk it waited for, or the next (whichever takes the
+    # job's row first once the first commits): never inside a chunk, never after the last.
+    assert job.state == "cancelled" and job.done in (4, 8, 12)
+    assert job.items.filter(outcome="").count() == 20 - job.done
 
 
 def test_a_queued_job_cancelled_never_runs(shop: Project, operator: Any) -> None:
