@@ -10,7 +10,7 @@ HOST_PORT := 127.0.0.1:8000
 # Second test run; override to point at another server.
 SAGABOARD_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/sagaboard
 
-.PHONY: help venv install run lint test test-fast test-sqlite test-postgres bench bench-check fuzz faults vendor fmt dist check-dist
+.PHONY: help venv install run lint test test-fast test-sqlite test-postgres bench bench-check fuzz faults soak vendor fmt dist check-dist
 
 help:
 	@echo "make run            install deps, migrate, serve on http://$(HOST_PORT)/"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-check    the small version; fails on a large ratio regression (CI runs it)"
 	@echo "make fuzz           the API fuzzer for 10 min (FUZZ_SECONDS=600) on SQLite, then PostgreSQL"
 	@echo "make faults         the fault suite (tests/faults) at length: 30 s outages, on SQLite, then PostgreSQL"
+	@echo "make soak           agents and operators for SOAK_MINUTES (30) on SOAK_DB (sqlite): memory and latency a minute"
 	@echo "make dist           build the undo-core and sagaboard wheels and sdists into dist/"
 	@echo "make check-dist     dist, then install the undo-core wheel alone in a fresh venv and check it (CI runs it)"
 	@echo "make vendor         re-vendor htmx, htmx-ext-ws and axe-core (tests only) from npm into static/vendor/"
@@ -152,6 +153,14 @@ faults: install
 		$(VPY) -m pytest tests/faults -s -p no:cacheprovider
 	DATABASE_URL='$(SAGABOARD_TEST_DATABASE_URL)' SAGABOARD_FAULT_OUTAGE_SECONDS=$(FAULT_OUTAGE_SECONDS) \
 		$(VPY) -m pytest tests/faults -s -p no:cacheprovider
+
+# The soak (benchmarks/soak.py; outside CI): a real site under agents and an operator for
+# SOAK_MINUTES, memory and page latency a minute; fails when either grows past its bound.
+SOAK_MINUTES ?= 30
+SOAK_DB ?= sqlite
+soak: install
+	mkdir -p var
+	$(VPY) -m benchmarks.soak --minutes $(SOAK_MINUTES) --db $(SOAK_DB) --out var/soak-$(SOAK_DB).json
 
 # Re-vendor htmx, its ws extension and axe-core (for the accessibility tests only) from the
 # npm registry (versions in the script).

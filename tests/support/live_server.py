@@ -110,6 +110,18 @@ def prepare(database_url: str, project: str = "shop") -> str:
     return manage(database_url, "sagaboard_token", "create", project, "--label", "live")
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (gunicorn's and granian's workers, a worker's beat)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        with contextlib.suppress(OSError):
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+            todo += [int(c) for c in children]
+    return found
+
+
 SERVERS = ("uvicorn", "gunicorn", "granian")
 """How a ``Server`` serves: uvicorn (ASGI: HTTP and websockets, as ``make run`` and the
 Procfile's ``live``), gunicorn (WSGI, with the Procfile's own settings file,
@@ -173,16 +185,7 @@ class Server:
 
     def pids(self) -> list[int]:
         """The server's processes: its own and its workers' (gunicorn and granian fork)."""
-        if self.proc is None:
-            return []
-        found, todo = [], [self.proc.pid]
-        while todo:
-            pid = todo.pop()
-            found.append(pid)
-            with contextlib.suppress(OSError):
-                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-                todo += [int(c) for c in children]
-        return found
+        return [] if self.proc is None else process_tree(self.proc.pid)
 
     def start(self, timeout: float = 30.0) -> None:
         self.launch()
