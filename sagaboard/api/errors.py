@@ -32,7 +32,7 @@ from sagaboard.api.openapi_bounds import WWW_AUTHENTICATE
 from sagaboard.api.schemas import ErrorOut
 from sagaboard.errors import ServiceError
 from sagaboard.infra.api_path import API_PREFIX
-from sagaboard.infra.db_outage import RETRY_DISK_FULL, outage_of
+from sagaboard.infra.db_outage import outage_of, retry_disk_full
 from sagaboard.infra.json_body import BadValue, NotJson
 
 log = logging.getLogger("sagaboard.api.v1")
@@ -160,7 +160,7 @@ def _unavailable(exc: Exception) -> ServiceError:
         return ServiceError(
             507, "insufficient_storage",
             "the database's disk is full: nothing was applied; retry once space is freed",
-            headers={"Retry-After": str(RETRY_DISK_FULL)},
+            headers={"Retry-After": str(retry_disk_full())},
         )  # fmt: skip
     return ServiceError(503, "unavailable", "the database is unavailable; retry shortly")
 

@@ -193,6 +193,9 @@ if (
         "max_size": 8,
         "timeout": env_float("SAGABOARD_DB_POOL_TIMEOUT", 5.0, minimum=0.1, what="seconds"),
     }
+# Seconds a client is told to wait (Retry-After) when the database's disk is full: freeing
+# disk takes a person (sagaboard.infra.db_outage).
+SAGABOARD_DISK_FULL_RETRY_AFTER = env_int("SAGABOARD_DISK_FULL_RETRY_AFTER", 30, minimum=1)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Server-side parameter binding: values are sent apart from the SQL, adapted in C
     # (client-side binding quotes every value in Python, which dominated bulk ingestion).

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from typing import Literal
 
+from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 
 Outage = Literal["unavailable", "disk_full"]
 
-RETRY_DISK_FULL = 30
-"""Seconds a client waits before retrying a 507: freeing disk takes a person."""
+
+def retry_disk_full() -> int:
+    """Seconds a client waits before retrying a 507 (``SAGABOARD_DISK_FULL_RETRY_AFTER``)."""
+    return int(settings.SAGABOARD_DISK_FULL_RETRY_AFTER)
+
 
 _DISK_FULL = ("database or disk is full", "no space left on device", "disk full")
 

@@ -19,7 +19,7 @@ from django.template.loader import render_to_string
 from django.views.defaults import server_error as django_server_error
 
 from sagaboard.errors import RETRY_SOON
-from sagaboard.infra.db_outage import RETRY_DISK_FULL, outage_of
+from sagaboard.infra.db_outage import outage_of, retry_disk_full
 
 TEMPLATE = "503.html"
 
@@ -34,5 +34,5 @@ def server_error(request: HttpRequest) -> HttpResponse:
     disk_full = outage == "disk_full"
     body = render_to_string(TEMPLATE, {"disk_full": disk_full})
     response = HttpResponseServerError(body, status=507 if disk_full else 503)
-    response["Retry-After"] = str(RETRY_DISK_FULL if disk_full else RETRY_SOON)
+    response["Retry-After"] = str(retry_disk_full() if disk_full else RETRY_SOON)
     return response

@@ -3,6 +3,8 @@ database; a bug is a 500."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.db import OperationalError, ProgrammingError
 from django.test import RequestFactory
@@ -44,6 +46,12 @@ def test_a_full_disk_is_507_saying_so(err: Exception) -> None:
     assert response.status_code == 507  # type: ignore[attr-defined]
     assert response["Retry-After"] == "30"  # type: ignore[index]
     assert "disk is full" in response.content.decode()  # type: ignore[attr-defined]
+
+
+def test_the_wait_a_full_disk_asks_for_is_the_operators_setting(settings: Any) -> None:
+    settings.SAGABOARD_DISK_FULL_RETRY_AFTER = 5
+    response = answer_while_handling(OperationalError("database or disk is full"))
+    assert response["Retry-After"] == "5"  # type: ignore[index]
 
 
 def test_an_outage_wrapped_in_another_error_is_still_503() -> None:
