@@ -5,7 +5,8 @@ a ROLLBACK_FAILED one, an approval waiting, a policy, a token, audit entries):
 
 - axe-core (vendored from npm into static/vendor/axe.min.js, loaded by no page) finds no
   serious or critical violation of WCAG 2.0/2.1 A and AA (and 2.2 AA: target sizes) on any
-  page, light and dark;
+  page in the light theme, and none of its colour rules in the dark one (the markup, names
+  and roles are the same in both: only the colours change);
 - at a 390 px phone width no page scrolls sideways (tables scroll in their own box, the
   navigation wraps) and every navigation link is on screen;
 - the theme toggle in the header sets data-theme, is remembered across a reload, and
@@ -41,10 +42,11 @@ PHONE = {"width": 390, "height": 844}
 DARK_BG = "rgb(13, 17, 23)"  # --bg of the dark theme
 LIGHT_BG = "rgb(255, 255, 255)"
 
-RUN_AXE = """async (tags) => {
-  const result = await axe.run(document, {
-    runOnly: {type: "tag", values: tags}, resultTypes: ["violations"],
-  });
+COLOUR_RULES = ["color-contrast", "link-in-text-block"]
+"""What a theme changes: the dark theme is checked with these rules only."""
+
+RUN_AXE = """async (only) => {
+  const result = await axe.run(document, {runOnly: only, resultTypes: ["violations"]});
   return result.violations.map(v => ({
     id: v.id, impact: v.impact, help: v.help,
     nodes: v.nodes.slice(0, 5).map(n => n.target.join(" ") + " :: " + n.failureSummary),
@@ -93,10 +95,17 @@ def _pages(site: Server, session: Any) -> list[tuple[str, str, Any]]:
     return signed_in + public
 
 
-def _violations(page: Any) -> list[dict[str, Any]]:
+def _violations(page: Any, theme: str = "light") -> list[dict[str, Any]]:
+    """Serious and critical violations: every WCAG rule in the light theme, the colour
+    rules in the dark one."""
     if not page.evaluate("typeof window.axe !== 'undefined'"):
         page.evaluate(AXE.read_text())
-    found: list[dict[str, Any]] = page.evaluate(RUN_AXE, TAGS)
+    only = (
+        {"type": "rule", "values": COLOUR_RULES}
+        if theme == "dark"
+        else {"type": "tag", "values": TAGS}
+    )
+    found: list[dict[str, Any]] = page.evaluate(RUN_AXE, only)
     return [v for v in found if v["impact"] in BLOCKING]
 
 
@@ -127,7 +136,7 @@ def test_axe_finds_no_serious_violation_on_any_page(
             assert response.status == (404 if name == "not-found" else 200), url
             background = page.evaluate("getComputedStyle(document.body).backgroundColor")
             assert background == (DARK_BG if theme == "dark" else LIGHT_BG), (name, background)
-            if violations := _violations(page):
+            if violations := _violations(page, theme):
                 failures[f"{theme} {name}"] = violations
             checked.append(name)
         finally:
@@ -162,7 +171,7 @@ def test_axe_finds_no_serious_violation_in_the_keyboard_dialogs(
             page.keyboard.press("j")
             page.keyboard.press(key)
             expect(page.get_by_role("dialog", name=dialog)).to_be_visible()
-            if violations := _violations(page):
+            if violations := _violations(page, theme):
                 failures[f"{theme} {name} with the {dialog!r} dialog"] = violations
             page.close()
     finally:
@@ -184,6 +193,24 @@ def test_the_check_catches_a_violation(browser: Any, site: Server, session: Any)
         )
         ids = {v["id"] for v in _violations(page)}
         assert {"label", "image-alt"} <= ids, ids
+    finally:
+        context.close()
+
+
+def test_the_dark_themes_check_catches_poor_contrast(
+    browser: Any, site: Server, session: Any
+) -> None:
+    """The dark theme's colour-only check: dim text on the dark background is reported."""
+    context = browser.new_context(color_scheme="dark", storage_state=session)
+    try:
+        page = context.new_page()
+        page.goto(site.url + PAGES["saga-list"])
+        # Set through the CSSOM: the CSP refuses a style attribute in inserted markup.
+        page.evaluate(
+            "const p = document.createElement('p'); p.textContent = 'barely there';"
+            " p.style.color = 'rgb(40, 44, 52)'; document.querySelector('main').append(p)"
+        )
+        assert "color-contrast" in {v["id"] for v in _violations(page, "dark")}
     finally:
         context.close()
 
