@@ -89,11 +89,13 @@ test: lint
 test-fast: install
 	env -u DATABASE_URL $(VPY) -m pytest -m "not slow" -n auto
 
-# What only the production configuration has is left to the second run: a PostgreSQL
+# What only the production configuration has is left to the second run: the beat as a
+# process of its own, a PostgreSQL
 # restart, Redis going away (channel layer, cache and broker at once), the production
 # topology and the Procfile's processes (several web processes and workers on PostgreSQL
 # and Redis).
 PRODUCTION_TESTS := tests/faults/test_postgres_restart.py tests/faults/test_redis_outage.py \
+	tests/faults/test_beat_restart.py \
 	tests/topology/test_topology.py tests/topology/test_deploy.py
 test-sqlite: install
 	@echo "== pytest on SQLite =="

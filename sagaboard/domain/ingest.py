@@ -153,6 +153,10 @@ class _Batch:
         by_pk = {s.pk: s.saga_id for s in self.sagas.values()}
         self.steps = {}
         for row in steps.fetch():
+            if row.saga_id not in by_pk:
+                # Its saga was created by a concurrent batch after the lock above found none:
+                # this batch takes it for new, its insert conflicts, and the batch is retried.
+                continue
             row.pk, row.undo = row.id, json.loads(row.undo) if row.undo else {}
             self.steps[(by_pk[row.saga_id], row.step_id)] = row
         # What is stored (then accepted) of each step this batch touches.

@@ -28,13 +28,20 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.support.agent_runs import storebot_events
-from tests.support.fault_agents import ATTEMPTS, PENDING, AgentRun, read, start_site
+from tests.support.fault_agents import (
+    PENDING,
+    AgentRun,
+    assert_record_verifies,
+    read,
+    rolled_back,
+    saga_status,
+    start_site,
+    undos_ran_once,
+)
 from tests.support.fault_services import RedisProcess, SmallDisk
-from tests.support.live_server import manage
 
 pytestmark = [
     pytest.mark.slow,  # real servers, a worker, a Redis and a filesystem of its own
@@ -111,27 +118,13 @@ def test_a_full_disk_is_refused_clearly_corrupts_nothing_and_recovers(tmp_path: 
         done = agents.finish(flush_timeout=WAIT)
         drained_after = time.monotonic() - freed_at
 
-        deadline = time.monotonic() + WAIT
-        while (status := _status(api, waiting["saga_id"])) != "ROLLED_BACK":
-            site.worker.check_alive()
-            assert time.monotonic() < deadline, (status, site.worker.tail())
-            time.sleep(0.5)
-        ran = read(url, ATTEMPTS.replace("SAGA", waiting["saga_id"]))
-        assert ran and all(n == 1 for n in ran.values()), ran
+        rolled_back(api, waiting["saga_id"], site.worker, WAIT)
+        undos_ran_once(url, waiting["saga_id"])
         for agent_saga in done:
-            assert _status(api, agent_saga) == "COMPLETED", agent_saga
-        replayed = manage(url, "sagaboard_verify")
-        assert " 0 difference(s)" in replayed, replayed
-        chained = manage(url, "sagaboard_verify", "--audit")
-        assert chained.endswith("0 break(s)"), chained
+            assert saga_status(api, agent_saga) == "COMPLETED", agent_saga
+        assert_record_verifies(url)
     print(
         f"\nDisk full ({ballast / 1e6:.1f} MB of ballast): {accepted} sagas still taken before "
         f"the first 507; SDK while full {spooled}; everything delivered {drained_after:.1f} s "
         f"after space returned; {len(done)} agent sagas"
     )
-
-
-def _status(api: httpx.Client, saga_id: str) -> str:
-    answer = api.get(f"/api/v1/sagas/{saga_id}")
-    assert answer.status_code == 200, (saga_id, answer.status_code, answer.text[:300])
-    return str(answer.json()["status"])

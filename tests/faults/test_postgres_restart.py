@@ -22,14 +22,20 @@ import os
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
-from tests.support.fault_agents import ATTEMPTS, PENDING, AgentRun, read, start_site
+from tests.support.fault_agents import (
+    PENDING,
+    AgentRun,
+    assert_record_verifies,
+    read,
+    rolled_back,
+    saga_status,
+    start_site,
+    undos_ran_once,
+)
 from tests.support.fault_services import PostgresCluster, RedisProcess
-from tests.support.live_server import manage
 
 pytestmark = pytest.mark.slow  # a PostgreSQL cluster, servers and a worker of its own
 
@@ -85,33 +91,15 @@ def test_postgres_restarted_under_load_answers_503_and_loses_nothing(tmp_path: P
         done = agents.finish(flush_timeout=90)
         drained_after = time.monotonic() - back_at
 
-        deadline = time.monotonic() + WAIT
-        saga_id = waiting["saga_id"]
-        while (status := _status(api, saga_id)) != "ROLLED_BACK":
-            worker.check_alive()
-            assert time.monotonic() < deadline, (status, worker.tail())
-            time.sleep(0.5)
+        rolled_back(api, waiting["saga_id"], worker, WAIT)
         undone_after = time.monotonic() - back_at
-        ran = read(url, ATTEMPTS.replace("SAGA", saga_id))
-        assert ran and all(n == 1 for n in ran.values()), ran
+        undos_ran_once(url, waiting["saga_id"])
 
         for agent_saga in done:
-            assert _status(api, agent_saga) == "COMPLETED", agent_saga
-        replayed = manage(url, "sagaboard_verify")
-        assert " 0 difference(s)" in replayed, replayed
-        chained = manage(url, "sagaboard_verify", "--audit")
-        assert chained.endswith("0 break(s)"), chained
+            assert saga_status(api, agent_saga) == "COMPLETED", agent_saga
+        assert_record_verifies(url)
     print(
         f"\nPostgreSQL down {OUTAGE:.0f} s: answers {answers}; slowest {slowest * 1000:.0f} ms; "
         f"SDK during the outage {spooled}; everything delivered {drained_after:.1f} s and the "
         f"undo done {undone_after:.1f} s after the database returned; {len(done)} agent sagas"
     )
-
-
-def _status(api: httpx.Client, saga_id: str) -> Any:
-    for _ in range(20):  # the first request after the restart may meet a stale connection
-        answer = api.get(f"/api/v1/sagas/{saga_id}")
-        if answer.status_code != 503:
-            return answer.json()["status"]
-        time.sleep(0.5)
-    raise AssertionError(f"{saga_id}: still 503 after the database returned")

@@ -32,13 +32,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fault_agents import ATTEMPTS, PENDING, AgentRun, read, start_site
-from tests.support.fault_services import RedisProcess
-from tests.support.live_server import (
-    manage,
-    session_cookie,
-    temp_database,
+from tests.support.fault_agents import (
+    PENDING,
+    AgentRun,
+    assert_record_verifies,
+    read,
+    rolled_back,
+    saga_status,
+    start_site,
+    undos_ran_once,
 )
+from tests.support.fault_services import RedisProcess
+from tests.support.live_server import session_cookie, temp_database
 
 pytestmark = pytest.mark.slow  # real servers, a worker and a Redis of its own
 
@@ -88,22 +93,13 @@ def test_redis_down_and_back_loses_nothing_and_never_answers_500(tmp_path: Path)
         back_at = time.monotonic()
         done = agents.finish(flush_timeout=60)
 
-        saga_id = waiting["saga_id"]
-        deadline = time.monotonic() + WAIT
-        while (saga := api.get(f"/api/v1/sagas/{saga_id}").json())["status"] != "ROLLED_BACK":
-            worker.check_alive()
-            assert time.monotonic() < deadline, (saga["status"], worker.tail())
-            time.sleep(0.5)
+        rolled_back(api, waiting["saga_id"], worker, WAIT)
         undone_after = time.monotonic() - back_at
-        ran = read(url, ATTEMPTS.replace("SAGA", saga_id))
-        assert ran and all(n == 1 for n in ran.values()), ran  # each undo once
+        undos_ran_once(url, waiting["saga_id"])
 
         for saga_id in done:
-            assert api.get(f"/api/v1/sagas/{saga_id}").json()["status"] == "COMPLETED"
-        replayed = manage(url, "sagaboard_verify")
-        assert " 0 difference(s)" in replayed, replayed
-        chained = manage(url, "sagaboard_verify", "--audit")
-        assert chained.endswith("0 break(s)"), chained
+            assert saga_status(api, saga_id) == "COMPLETED", saga_id
+        assert_record_verifies(url)
     print(
         f"\nRedis down {OUTAGE:.0f} s: slowest page {slowest * 1000:.0f} ms; approved "
         f"{approved - down_at:.1f} s into the outage; undo done {undone_after:.1f} s after "

@@ -10,7 +10,7 @@ import re
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,19 @@ from tests.support.live_server import ROOT, Server, Worker, load_demo, manage, s
 from undo_core import Saga, define_tool
 from undo_core.remote import SagaboardStore
 
-__all__ = ["ATTEMPTS", "PENDING", "AgentRun", "FaultSite", "agent", "read", "start_site"]
+__all__ = [
+    "ATTEMPTS",
+    "PENDING",
+    "AgentRun",
+    "FaultSite",
+    "agent",
+    "assert_record_verifies",
+    "read",
+    "rolled_back",
+    "saga_status",
+    "start_site",
+    "undos_ran_once",
+]
 
 TOOLS = [define_tool(f"fault_tool_{n}", lambda i: {"ok": i}, lambda o, i: None) for n in range(3)]
 
@@ -40,6 +52,47 @@ ATTEMPTS = (
 
 def read(url: str, code: str) -> Any:
     return json.loads(manage(url, "shell", "-c", code).splitlines()[-1])
+
+
+def saga_status(api: httpx.Client, saga_id: str) -> str:
+    """A saga's status over the API. A 503 is asked again for up to 10 s (the first
+    request after a database restart may meet a stale connection); any other answer
+    than 200 fails."""
+    for _ in range(20):
+        answer = api.get(f"/api/v1/sagas/{saga_id}")
+        if answer.status_code != 503:
+            assert answer.status_code == 200, (saga_id, answer.status_code, answer.text[:300])
+            return str(answer.json()["status"])
+        time.sleep(0.5)
+    raise AssertionError(f"{saga_id}: still 503 after 10 s")
+
+
+def rolled_back(api: httpx.Client, saga_id: str, worker: Worker, timeout: float) -> float:
+    """Poll the saga over the API until it is ROLLED_BACK, failing if ``worker`` exits or
+    ``timeout`` passes (with the worker's log); the seconds it took."""
+    began = time.monotonic()
+    deadline = began + timeout
+    while (status := saga_status(api, saga_id)) != "ROLLED_BACK":
+        worker.check_alive()
+        assert time.monotonic() < deadline, (status, worker.tail())
+        time.sleep(0.5)
+    return time.monotonic() - began
+
+
+def undos_ran_once(url: str, saga_id: str) -> dict[str, int]:
+    """Each undo of the saga succeeded exactly once (its attempts); {step_id: 1, ...}."""
+    ran: dict[str, int] = read(url, ATTEMPTS.replace("SAGA", saga_id))
+    assert ran and all(n == 1 for n in ran.values()), ran
+    return ran
+
+
+def assert_record_verifies(url: str) -> None:
+    """``sagaboard_verify`` replays every saga to its stored record, and ``--audit`` finds
+    every audit chain unbroken."""
+    replayed = manage(url, "sagaboard_verify")
+    assert " 0 difference(s)" in replayed, replayed
+    chained = manage(url, "sagaboard_verify", "--audit")
+    assert chained.endswith("0 break(s)"), chained
 
 
 def agent(store: SagaboardStore, stop: threading.Event, done: list[str]) -> None:
@@ -66,12 +119,26 @@ class FaultSite:
     browser: httpx.Client
     csrf: str
     api: httpx.Client
+    worker_env: dict[str, str] = field(default_factory=dict)
+    """The worker's environment, for a fault case that starts another one like it."""
 
 
-def start_site(stack: ExitStack, url: str, redis_url: str, tmp_path: Path) -> FaultSite:
+def start_site(
+    stack: ExitStack,
+    url: str,
+    redis_url: str,
+    tmp_path: Path,
+    *,
+    worker_env: dict[str, str] | None = None,
+    beat: bool = True,
+) -> FaultSite:
     """The demo data in ``url``, one web server and one worker with beat on ``redis_url``,
     all stopped when ``stack`` closes; workers lease undos for 10 s, so a lost one is
-    taken again within a fault case's wait."""
+    taken again within a fault case's wait.
+
+    ``worker_env`` adds to (or overrides) the worker's environment (a test-only settings
+    module, say); ``beat=False`` starts the worker without its embedded beat (a case that
+    runs ``celery beat`` on its own, or none)."""
     token = load_demo(url, token=True)
     env = {
         "REDIS_URL": redis_url,
@@ -80,11 +147,12 @@ def start_site(stack: ExitStack, url: str, redis_url: str, tmp_path: Path) -> Fa
         "SAGABOARD_LOG_LEVEL": "WARNING",
     }
     web = stack.enter_context(Server(url, env=env))
-    worker = Worker(
-        "w", {**os.environ, **env, "DATABASE_URL": url, "PYTHONPATH": str(ROOT),
-              "DJANGO_SETTINGS_MODULE": "sagaboard.config.settings", "SAGABOARD_DEBUG": "0"},
-        tmp_path, beat=True,
-    )  # fmt: skip
+    worker_env = {
+        **os.environ, **env, "DATABASE_URL": url, "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "sagaboard.config.settings", "SAGABOARD_DEBUG": "0",
+        **(worker_env or {}),
+    }  # fmt: skip
+    worker = Worker("w", worker_env, tmp_path, beat=beat)
     stack.callback(worker.stop)
     worker.wait_ready(60)
     cookie = session_cookie(web.url)
@@ -96,7 +164,7 @@ def start_site(stack: ExitStack, url: str, redis_url: str, tmp_path: Path) -> Fa
     stack.callback(browser.close)
     api = httpx.Client(base_url=web.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     stack.callback(api.close)
-    return FaultSite(web, worker, token, browser, csrf, api)
+    return FaultSite(web, worker, token, browser, csrf, api, worker_env)
 
 
 class AgentRun:

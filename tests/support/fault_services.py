@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
-from tests.support.live_server import free_port
+from tests.support.live_server import DEMO_UNDOS, ROOT, free_port
 
-__all__ = ["PostgresCluster", "RedisProcess", "SmallDisk"]
+__all__ = ["Beat", "PostgresCluster", "RedisProcess", "SmallDisk"]
 
 PG_BIN = Path(os.environ.get("SAGABOARD_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -157,3 +161,90 @@ class SmallDisk:
         if self.mounted:
             subprocess.run(["umount", "-l", str(self.path)], check=False)
             self.mounted = False
+
+
+class Beat:
+    """``celery -A sagaboard beat`` as its own process, as production runs it (the workers
+    without ``-B``), logged to a file; ``kill()`` (SIGKILL) and ``start()`` again at will.
+
+    Each start appends to the same log; ``sent()`` reads which tasks it sent and when, by
+    the log's own timestamps (the beat's wall clock), from the latest start only or all.
+    """
+
+    SENT = re.compile(r"^\[([\d-]+ [\d:,]+): INFO/\w+\] Scheduler: Sending due task (\S+)", re.M)
+    STARTED = re.compile(r"^\[([\d-]+ [\d:,]+): INFO/\w+\] beat: Starting\.\.\.", re.M)
+
+    def __init__(self, env: dict[str, str], workdir: Path) -> None:
+        self.env = {**DEMO_UNDOS, **env}
+        self.log = workdir / "beat.log"
+        self.schedule = workdir / "beat-schedule"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Launch it and wait until it logs "beat: Starting..." (its schedule is set up)."""
+        self.starts += 1
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "sagaboard", "beat", "--loglevel=INFO",
+                 "--schedule", str(self.schedule)],
+                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while len(self.STARTED.findall(self.tail(10_000_000))) < self.starts:
+            if not self.alive():
+                raise AssertionError(f"celery beat exited:\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"celery beat not started in {timeout:g} s:\n{self.tail()}")
+            time.sleep(0.1)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "start() first"
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown of any kind, as the OOM killer or a lost host would."""
+        assert self.proc is not None, "start() first"
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+
+    def started_at(self) -> datetime:
+        """When the latest start set up its schedule (the log's timestamp)."""
+        found = self.STARTED.findall(self.tail(10_000_000))
+        return _logged(found[-1])
+
+    def sent(self, *, latest: bool = True) -> list[tuple[datetime, str]]:
+        """(when, entry) of each task sent: since the latest start, or ever."""
+        text = self.tail(10_000_000)
+        if latest:
+            text = text[text.rfind("beat: Starting...") :]
+        return [(_logged(at), name) for at, name in self.SENT.findall(text)]
+
+    def tail(self, chars: int = 6000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def __enter__(self) -> Beat:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _logged(stamp: str) -> datetime:
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
