@@ -16,7 +16,6 @@ approval that stands has been checked: the last moment before the undo's own cod
 from __future__ import annotations
 
 import functools
-import json
 import os
 import signal
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sagaboard.domain import undo_kinds
+from tests.support import call_log
 from undo_core import UndoContext
 
 
@@ -32,15 +32,7 @@ def _dir() -> Path:
 
 
 def _log(event: str, ctx: UndoContext) -> None:
-    line = json.dumps({
-        "event": event, "pid": os.getpid(), "step": ctx.step_id,
-        "key": ctx.idempotency_key, "attempt": ctx.attempt, "t": time.time(),
-    })  # fmt: skip
-    fd = os.open(_dir() / "calls.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    call_log.append(_dir() / "calls.jsonl", event, ctx)
 
 
 def _first_kill() -> bool:

@@ -8,13 +8,13 @@ test kills the worker while it waits there, in the middle of the undo.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 from sagaboard.domain.undo_kinds import compensation
+from tests.support import call_log
 from undo_core import UndoContext
 
 
@@ -23,15 +23,7 @@ def _dir() -> Path:
 
 
 def _record(event: str, ctx: UndoContext) -> None:
-    line = json.dumps({
-        "event": event, "pid": os.getpid(), "step": ctx.step_id,
-        "key": ctx.idempotency_key, "attempt": ctx.attempt, "t": time.time(),
-    })  # fmt: skip
-    fd = os.open(_dir() / "calls.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    call_log.append(_dir() / "calls.jsonl", event, ctx)
 
 
 @compensation("crashtest.undo")
