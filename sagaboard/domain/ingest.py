@@ -192,11 +192,13 @@ class _Batch:
         if self.facts is None:
             pks = {s.pk: s.saga_id for s in self.sagas.values() if s.pk is not None}
             self.facts = {saga_id: {} for saga_id in self.sagas}
-            rows = Step.objects.filter(saga_id__in=list(pks)).values_list(
-                "saga_id", "step_id", "state", "has_undo"
-            )
-            for saga_pk, step_id, state, has_undo in rows:
-                self.facts[pks[saga_pk]][step_id] = SimpleNamespace(state=state, has_undo=has_undo)
+            # Without the ORM's query building: it cost more than the query (about 0.5 ms).
+            fields = ["saga_id", "step_id", "state", "has_undo"]
+            for row in send_select(Step, fields, {"saga": list(pks)}).fetch():
+                self.facts[pks[row.saga_id]][row.step_id] = SimpleNamespace(
+                    state=row.state,
+                    has_undo=bool(row.has_undo),  # SQLite's driver: 0 or 1
+                )
             for (saga_id_, step_id), snap in self.dirty_steps.items():  # changed in this batch
                 self.facts[saga_id_][step_id] = snap
         return self.facts.setdefault(saga_id, {})
