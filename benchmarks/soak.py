@@ -113,11 +113,7 @@ def operator(site: FaultSite, counters: Counters, stop: threading.Event, every: 
             if page != "/approvals/":
                 continue
             for approval in sorted(set(DECIDE.findall(answer.text))):
-                decided = site.browser.post(
-                    f"/approvals/{approval}/decide/",
-                    data={"decision": "approve", "reason": "soak: approved",
-                          "csrfmiddlewaretoken": site.csrf},
-                )  # fmt: skip
+                decided = site.decide(approval, "soak: approved")
                 if decided.status_code == 302:
                     with counters.lock:
                         counters.decided += 1

@@ -53,6 +53,7 @@ pytestmark = [
 
 DISK_MB = 32
 WAIT = 90.0
+RETRY_AFTER = 3
 
 
 def test_a_full_disk_is_refused_clearly_corrupts_nothing_and_recovers(tmp_path: Path) -> None:
@@ -65,8 +66,15 @@ def test_a_full_disk_is_refused_clearly_corrupts_nothing_and_recovers(tmp_path: 
         redis = stack.enter_context(RedisProcess())
         db = disk.path / "db.sqlite3"
         url = f"sqlite:///{db}"
-        site = start_site(stack, url, redis.url, tmp_path)
-        browser, api, csrf = site.browser, site.api, site.csrf
+        # The SDK waits what Retry-After says before it retries; an operator's setting.
+        site = start_site(
+            stack,
+            url,
+            redis.url,
+            tmp_path,
+            web_env={"SAGABOARD_DISK_FULL_RETRY_AFTER": str(RETRY_AFTER)},
+        )
+        browser, api = site.browser, site.api
         waiting = read(url, PENDING)
         agents = AgentRun(site, timeout=30, spool=tmp_path / "agent-spool.sqlite3")
         time.sleep(1.0)
@@ -87,16 +95,12 @@ def test_a_full_disk_is_refused_clearly_corrupts_nothing_and_recovers(tmp_path: 
         body = refused.json()["error"]
         assert body["code"] == "insufficient_storage", body
         assert "disk is full" in body["message"] and "nothing was applied" in body["message"]
-        assert refused.headers["Retry-After"].isdigit()
+        assert refused.headers["Retry-After"] == str(RETRY_AFTER)
 
         for page in ("/", "/approvals/", f"/sagas/demo/{waiting['saga_id']}/", "/audit/"):
             shown = browser.get(page)
             assert shown.status_code == 200, (page, shown.status_code, shown.text[:300])
-        decided = browser.post(
-            f"/approvals/{waiting['id']}/decide/",
-            data={"decision": "approve", "reason": "approved on a full disk",
-                  "csrfmiddlewaretoken": csrf},
-        )  # fmt: skip
+        decided = site.decide(waiting["id"], "approved on a full disk")
         assert decided.status_code == 507, (decided.status_code, decided.text[:300])
         assert "disk is full" in decided.text
         time.sleep(2.0)  # the agent, the worker and its beat meet the full disk too
@@ -110,10 +114,7 @@ def test_a_full_disk_is_refused_clearly_corrupts_nothing_and_recovers(tmp_path: 
         with sqlite3.connect(db) as check:
             assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         assert read(url, PENDING)["id"] == waiting["id"]  # the refused approval: not half-made
-        decided = browser.post(
-            f"/approvals/{waiting['id']}/decide/",
-            data={"decision": "approve", "reason": "space is back", "csrfmiddlewaretoken": csrf},
-        )  # fmt: skip
+        decided = site.decide(waiting["id"], "space is back")
         assert decided.status_code == 302, (decided.status_code, decided.text[:300])
         done = agents.finish(flush_timeout=WAIT)
         drained_after = time.monotonic() - freed_at

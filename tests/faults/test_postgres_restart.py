@@ -49,16 +49,12 @@ def test_postgres_restarted_under_load_answers_503_and_loses_nothing(tmp_path: P
         redis = stack.enter_context(RedisProcess())
         url = pg.url
         site = start_site(stack, url, redis.url, tmp_path)
-        worker, browser, api, csrf = site.worker, site.browser, site.api, site.csrf
+        worker, browser, api = site.worker, site.browser, site.api
         waiting = read(url, PENDING)
 
         agents = AgentRun(site, timeout=10)
         time.sleep(1.0)
-        decided = browser.post(
-            f"/approvals/{waiting['id']}/decide/",
-            data={"decision": "approve", "reason": "just before the restart",
-                  "csrfmiddlewaretoken": csrf},
-        )  # fmt: skip
+        decided = site.decide(waiting["id"], "just before the restart")
         assert decided.status_code == 302, decided.text[:300]
 
         # ---------------------------------------------------------------- the database away

@@ -57,7 +57,7 @@ def test_redis_down_and_back_loses_nothing_and_never_answers_500(tmp_path: Path)
         redis = stack.enter_context(RedisProcess())
         url = stack.enter_context(temp_database(KIND, tmp_path))
         site = start_site(stack, url, redis.url, tmp_path)
-        web, worker, browser, api, csrf = site.web, site.worker, site.browser, site.api, site.csrf
+        web, worker, browser, api = site.web, site.worker, site.browser, site.api
         waiting = read(url, PENDING)
 
         agents = AgentRun(site, timeout=30)
@@ -76,11 +76,7 @@ def test_redis_down_and_back_loses_nothing_and_never_answers_500(tmp_path: Path)
                 assert answer.status_code == 200, (page, answer.status_code, answer.text[:300])
             time.sleep(0.5)
             if "approved" not in locals():
-                decided = browser.post(
-                    f"/approvals/{waiting['id']}/decide/",
-                    data={"decision": "approve", "reason": "approved while Redis was down",
-                          "csrfmiddlewaretoken": csrf},
-                )  # fmt: skip
+                decided = site.decide(waiting["id"], "approved while Redis was down")
                 assert decided.status_code == 302, (decided.status_code, decided.text[:300])
                 approved = time.monotonic()
                 fresh = session_cookie(web.url)  # a new login, its rate limit counted locally

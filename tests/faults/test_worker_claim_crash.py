@@ -78,17 +78,13 @@ def test_a_worker_killed_between_claiming_an_approved_undo_and_running_it_loses_
         redis = stack.enter_context(RedisProcess())
         url = stack.enter_context(temp_database(KIND, tmp_path))
         site = start_site(stack, url, redis.url, tmp_path, worker_env=seam, beat=False)
-        first, browser, api, csrf = site.worker, site.browser, site.api, site.csrf
+        first, api = site.worker, site.api
         waiting = read(url, PENDING)
         saga_id = waiting["saga_id"]
 
         agents = AgentRun(site, timeout=30)
         time.sleep(1.0)
-        decided = browser.post(
-            f"/approvals/{waiting['id']}/decide/",
-            data={"decision": "approve", "reason": "approved, then the worker dies",
-                  "csrfmiddlewaretoken": csrf},
-        )  # fmt: skip
+        decided = site.decide(waiting["id"], "approved, then the worker dies")
         assert decided.status_code == 302, (decided.status_code, decided.text[:300])
 
         # ---------------------------------------------------------------- killed at the seam

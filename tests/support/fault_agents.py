@@ -122,6 +122,13 @@ class FaultSite:
     worker_env: dict[str, str] = field(default_factory=dict)
     """The worker's environment, for a fault case that starts another one like it."""
 
+    def decide(self, approval: int | str, reason: str, decision: str = "approve") -> httpx.Response:
+        """The operator decides ``approval`` through the queue's own form (with its CSRF token)."""
+        return self.browser.post(
+            f"/approvals/{approval}/decide/",
+            data={"decision": decision, "reason": reason, "csrfmiddlewaretoken": self.csrf},
+        )
+
 
 def start_site(
     stack: ExitStack,
@@ -130,6 +137,7 @@ def start_site(
     tmp_path: Path,
     *,
     worker_env: dict[str, str] | None = None,
+    web_env: dict[str, str] | None = None,
     beat: bool = True,
 ) -> FaultSite:
     """The demo data in ``url``, one web server and one worker with beat on ``redis_url``,
@@ -137,8 +145,8 @@ def start_site(
     taken again within a fault case's wait.
 
     ``worker_env`` adds to (or overrides) the worker's environment (a test-only settings
-    module, say); ``beat=False`` starts the worker without its embedded beat (a case that
-    runs ``celery beat`` on its own, or none)."""
+    module, say), ``web_env`` the web server's; ``beat=False`` starts the worker without its
+    embedded beat (a case that runs ``celery beat`` on its own, or none)."""
     token = load_demo(url, token=True)
     env = {
         "REDIS_URL": redis_url,
@@ -146,7 +154,7 @@ def start_site(
         "SAGABOARD_WORKER_LEASE_SECONDS": "10",
         "SAGABOARD_LOG_LEVEL": "WARNING",
     }
-    web = stack.enter_context(Server(url, env=env))
+    web = stack.enter_context(Server(url, env={**env, **(web_env or {})}))
     worker_env = {
         **os.environ, **env, "DATABASE_URL": url, "PYTHONPATH": str(ROOT),
         "DJANGO_SETTINGS_MODULE": "sagaboard.config.settings", "SAGABOARD_DEBUG": "0",
