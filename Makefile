@@ -6,19 +6,31 @@ VENV      := .venv
 VPY       := $(VENV)/bin/python
 STAMP     := $(VENV)/.install-stamp
 HOST_PORT := 127.0.0.1:8000
+DOCS_PORT := 127.0.0.1:8001
+
+# Bytecode is cached (__pycache__/, ignored by git) even where the shell sets
+# PYTHONDONTWRITEBYTECODE: without the cache every pytest worker compiles and rewrites
+# the asserts of ~700 modules again, 15 s of each test run's start.
+unexport PYTHONDONTWRITEBYTECODE
+
+# test-fast's pytest workers: one more than the CPUs (its tests wait on sockets and
+# timers part of the time: 2 CPUs finish in 104 s with 3 workers, 112 s with 2).
+FAST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 
 # Second test run; override to point at another server.
 SAGABOARD_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/sagaboard
 
-.PHONY: help venv install run lint test test-fast test-sqlite test-postgres bench bench-check fuzz faults soak vendor fmt dist check-dist
+.PHONY: help venv install run lint test test-fast test-sqlite test-postgres bench bench-check fuzz faults soak vendor fmt dist check-dist docs docs-build
 
 help:
-	@echo "make run            install deps, migrate, serve on http://$(HOST_PORT)/"
+	@echo "make run            install deps, migrate, serve on http://$(HOST_PORT)/ (HOST_PORT=host:port to move it)"
 	@echo "make test           lint, then pytest on SQLite, then on PostgreSQL"
 	@echo "make test-fast      the quick loop: SQLite, no slow tests (-m 'not slow'), in parallel"
 	@echo "make test-sqlite    pytest on SQLite only"
 	@echo "make test-postgres  pytest on \$$SAGABOARD_TEST_DATABASE_URL ($(SAGABOARD_TEST_DATABASE_URL))"
-	@echo "make lint           ruff check, ruff format --check, mypy (undo_core), lint-imports"
+	@echo "make lint           ruff check, ruff format --check, mypy (undo_core), lint-imports, mkdocs build --strict"
+	@echo "make docs           serve the manual (docs/, MkDocs) on http://$(DOCS_PORT)/, rebuilt as you edit"
+	@echo "make docs-build     build the manual into site/ (mkdocs build --strict: a broken link or anchor fails)"
 	@echo "make fmt            ruff format + ruff check --fix"
 	@echo "make bench          every benchmark, full size, writes docs/benchmarks.md (ONLY=engine,pages,...)"
 	@echo "make bench-check    the small version; fails on a large ratio regression (CI runs it)"
@@ -50,16 +62,22 @@ $(STAMP): pyproject.toml packaging/undo-core/pyproject.toml $(wildcard undo_core
 
 # The embedded default: SQLite, a web process and a worker; DEBUG on for a local dashboard.
 run: export SAGABOARD_DEBUG ?= 1
+# The links in mails and Slack messages point at the server make run starts.
+run: export SAGABOARD_BASE_URL ?= http://$(HOST_PORT)
 run: install
 	$(VPY) manage.py migrate --no-input
 	$(VPY) manage.py sagaboard_demo
 	@echo ""
 	@echo "  sagaboard is starting at http://$(HOST_PORT)/  (Ctrl-C to stop)"
 	@echo "  with a Celery worker for undos (broker: a folder under var/, no server needed)"
+	@echo "  and the demo agent (manage.py sagaboard_demo_agent): a checkout saga running over"
+	@echo "  HTTP; log in as olga / olga-demo and stop it from its page"
 	@echo ""
 	@$(VPY) -m celery -A sagaboard worker -B --pool=solo \
-		--loglevel=warning & worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
-	$(VPY) -m uvicorn sagaboard.config.asgi:application --host $(firstword $(subst :, ,$(HOST_PORT))) --port $(lastword $(subst :, ,$(HOST_PORT))) --reload
+		--loglevel=warning & worker=$$!; \
+	$(VPY) manage.py sagaboard_demo_agent --url http://$(HOST_PORT) & agent=$$!; \
+	trap 'kill $$worker $$agent 2>/dev/null' EXIT INT TERM; \
+	$(VPY) -m uvicorn sagaboard.config.asgi:application --host $(firstword $(subst :, ,$(HOST_PORT))) --port $(lastword $(subst :, ,$(HOST_PORT))) --reload --no-access-log
 
 dist: install
 	rm -rf dist
@@ -74,6 +92,17 @@ lint: install
 	$(VPY) -m ruff format --check .
 	$(VPY) -m mypy
 	$(VENV)/bin/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# The manual: docs/ as a site (mkdocs.yml, Material theme). `make docs` serves it and rebuilds
+# on every edit (warnings printed, the server kept); `make docs-build` and `make lint` build it
+# strictly into site/: a broken link or anchor (mkdocs.yml's `validation`) or any other
+# warning fails them.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr $(DOCS_PORT)
+
+docs-build: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 fmt: install
 	$(VPY) -m ruff format .
@@ -87,7 +116,7 @@ test: lint
 # subprocesses, racing threads, fuzz and property runs), one worker per CPU (pytest-xdist).
 # `make test` still runs everything (on both databases, also one worker per CPU).
 test-fast: install
-	env -u DATABASE_URL $(VPY) -m pytest -m "not slow" -n auto
+	env -u DATABASE_URL $(VPY) -m pytest -m "not slow" -n $(FAST_WORKERS)
 
 # What only the production configuration has is left to the second run: the beat as a
 # process of its own, a PostgreSQL

@@ -11,8 +11,9 @@ update, the audit entry and timeline event, the item's outcome):
 * **eager**: ``batches.batch_run`` in this process (chunks of ``SAGABOARD_BATCH_CHUNK``),
   items per second;
 * **worker**: a real ``celery worker --pool=solo`` (Redis broker, a queue of the run's own),
-  from the confirm's commit to the job's ``finished``, items per second (includes the
-  broker's dispatch and the worker's own reads);
+  from the confirm's commit to the job's ``finishing`` (every resolve requested; the
+  agents' SDKs carry them out), items per second (includes the broker's dispatch and the
+  worker's own reads);
 * floor: the same action on the same number of items through ``steps_act_many`` (the
   selection's bulk action, one request, no job), so the ratio is what the job's
   bookkeeping (its item rows, chunks, lease, counts) costs on top of the actions.
@@ -145,7 +146,8 @@ def _measure(kind: str, size: int, runs: int, worker: Worker | None) -> list[rep
                                        reason="bench", expected=size)  # fmt: skip
             freeze.append(size / (time.perf_counter() - began))
             began = time.perf_counter()
-            assert batches.batch_run(job.pk) == "finished"
+            # Every resolve requested; the agents' SDKs carry them out (none runs here).
+            assert batches.batch_run(job.pk) == "finishing"
             eager.append(size / (time.perf_counter() - began))
         finally:
             jobs._on_commit = queued  # type: ignore[method-assign]
@@ -164,7 +166,7 @@ def _measure(kind: str, size: int, runs: int, worker: Worker | None) -> list[rep
             job = batches.batch_create(user=user, action="resolve",
                                        query=QueryDict(f"project={project.slug}"),
                                        reason="bench", expected=size)  # fmt: skip
-            while BatchJob.objects.get(pk=job.pk).state != "finished":
+            while BatchJob.objects.get(pk=job.pk).state != "finishing":  # requests made
                 worker.check_alive()
                 if time.perf_counter() - began > 1200:
                     raise RuntimeError(f"worker run timed out:\n{worker.tail()}")

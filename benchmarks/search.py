@@ -11,6 +11,7 @@ user gets it (Django's test ``Client``), beside the minimal page floor of
 
 * a name or id prefix (``q``), a tool, the actor (token);
 * error text: a rare word (a ticket) and a common one (every failed step's);
+* the same as plain words in the search box (``q``: a name or id prefix, or error text);
 * JSON: a string value, a number value, "has this path" (rare), at one path each;
 * a status within a started-between window; the list sorted by duration.
 
@@ -50,6 +51,8 @@ def searches(fill: Any) -> dict[str, tuple[str, str]]:
         "actor": ("actor (posting token)", "/?actor=bench-bot"),
         "error_rare": ("error text, a rare word", f"/?error=T-{ticket}"),
         "error_common": ("error text, a common word", "/?error=timed+out"),
+        "words_rare": ("plain words: a rare error word (the box)", f"/?q=T-{ticket}"),
+        "words_common": ("plain words: common error words (the box)", "/?q=timed+out"),
         "json_string": (
             "JSON path = string",
             "/?json=" + quote(f'output.ref = "r-{step}"'),

@@ -10,7 +10,7 @@
      files the packages bring (installed with ``--no-compile``), the number checked against
      --max-mb, and again once Python has compiled them to bytecode (``compileall``, as pip
      does by default: a cache Python would otherwise write on first import);
-   - runs the README's agent quickstart in an empty folder against a live sagaboard (started
+   - runs the agent quickstart (docs/agents.md) in an empty folder against a live sagaboard (started
      from this checkout on a throw-away SQLite database) and checks the saga arrived.
 3. Prints the sizes, and fails above --max-mb (3 MB: the issue's aim).
 
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             with Server(db_url) as server:
                 printed = run_quickstart(str(found["python"]), folder, server.url, token)
                 assert_on_server(server.url, token, printed)
-        print("the README quickstart ran from the fresh virtualenv: the saga is on the server")
+        print("the agent quickstart ran from the fresh virtualenv: the saga is on the server")
         if found["added"] > args.max_mb * 1e6:
             print(f"FAIL: {found['added'] / 1e6:.2f} MB is above {args.max_mb} MB")
             return 1

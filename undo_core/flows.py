@@ -540,11 +540,13 @@ class Flows:
             recorded = ledger.step_to(step, StepState.COMPENSATING, actor=actor)
         tool = step.tool
         if tool is None or tool.undo is None:
-            message = (
-                f"tool {step.tool_name!r} is not registered in this process, so its undo cannot run"
-                if tool is None
-                else f"tool {step.tool_name!r} has no undo"
-            )
+            if tool is None:
+                message = (
+                    f"tool {step.tool_name!r} is not registered in this process, "
+                    "so its undo cannot run"
+                )
+            else:
+                message = tool.undo_elsewhere or f"tool {step.tool_name!r} has no undo"
             error: BaseException = LookupError(message)
             failed = self._undo_failed(step, error, clock.now(), actor, timed_out=False)
             return StepResult(

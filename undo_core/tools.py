@@ -89,6 +89,10 @@ class Tool:
     execute_takes_context: bool = False
     undo_arity: int = 2
     """1: ``undo(output)``; 2: ``undo(output, input)``; 3: ``undo(output, input, ctx)``."""
+    undo_elsewhere: str = ""
+    """Why this process cannot run the step's undo although the step has one (it lives in
+    another process, e.g. the agent's): a rollback here records that reason as the step's
+    ROLLBACK_FAILED error, in words and without a traceback, and never calls anything."""
 
     is_async: bool = field(init=False)
     """True when ``execute`` or ``undo`` is a coroutine function (computed once)."""

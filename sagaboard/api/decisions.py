@@ -16,12 +16,12 @@ from ninja import Body, Path, Query, Router
 from pydantic import Field
 
 from sagaboard.api import links
+from sagaboard.api.caller import caller_token
 from sagaboard.api.errors import ERRORS
 from sagaboard.api.schemas import Out, StrictSchema, free_text
 from sagaboard.domain import decisions
 from sagaboard.domain.event_schema import Text
 from sagaboard.infra.limits import BIGINT
-from sagaboard.models import ApiToken
 from undo_core import StepState
 
 router = Router(tags=["decisions"])
@@ -79,11 +79,6 @@ class AckOut(Out):
     state: StepState
 
 
-def _token(request: HttpRequest) -> ApiToken:
-    token: ApiToken = request.auth  # type: ignore[attr-defined]
-    return token
-
-
 @router.get(
     "/sagas/{saga_id}/steps/{step_id}/approval-rule",
     response={200: ApprovalRuleOut, **ERRORS},
@@ -91,7 +86,7 @@ def _token(request: HttpRequest) -> ApiToken:
 )
 def approval_rule(request: HttpRequest, saga_id: Text, step_id: Text) -> dict[str, Any]:
     """``{"needed", "why"}`` from the project's policies (and command undos)."""
-    project = _token(request).project
+    project = caller_token(request).project
     return decisions.approval_rule(project=project, saga_id=saga_id, step_id=step_id)
 
 
@@ -109,7 +104,7 @@ def request_approval(
     The step must be mirrored already (flush the store first).
     """
     approval = decisions.approval_request(
-        project=_token(request).project,
+        project=caller_token(request).project,
         saga_id=saga_id,
         step_id=step_id,
         why=payload.why if payload is not None else None,
@@ -127,7 +122,7 @@ async def get_approval(
 ) -> Any:
     """The approval; while PENDING, held up to ``wait`` seconds for a decision."""
     return await decisions.approval_wait(
-        project=_token(request).project, approval_id=approval_id, wait=wait
+        project=caller_token(request).project, approval_id=approval_id, wait=wait
     )
 
 
@@ -141,7 +136,7 @@ async def get_decision(
 ) -> Any:
     """retry, resolve or leave, with who and why; ``action: null`` if nothing after ``wait``."""
     return await decisions.decision_wait(
-        project=_token(request).project, saga_id=saga_id, step_id=step_id, wait=wait
+        project=caller_token(request).project, saga_id=saga_id, step_id=step_id, wait=wait
     )
 
 
@@ -152,7 +147,7 @@ async def get_decision(
 )
 def ack_decision(request: HttpRequest, saga_id: Text, step_id: Text, payload: AckIn) -> Any:
     """Clear the pending request, if it is still ``action`` (and ``at``, if given); else 409."""
-    token = _token(request)
+    token = caller_token(request)
     return decisions.decision_ack(
         project=token.project,
         token=token,

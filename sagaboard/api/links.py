@@ -13,6 +13,7 @@ from typing import Any
 OPERATION_PREFIX = {
     "sagaboard.api.v1": "sagaboard_api_",
     "sagaboard.api.decisions": "sagaboard_api_decisions_",
+    "sagaboard.api.batches": "sagaboard_api_batches_",
 }
 """Each router's operation ids: this prefix and the handler's name. Clients are generated from
 these ids, so they stay what they were whichever module serves the handlers."""

@@ -63,7 +63,7 @@ class StepAddIn(StrictSchema):
     tool_name: ToolName
     input: JsonValue = None
     undo: UndoIn = Field(default_factory=UndoIn)
-    requires_approval: bool = False
+    requires_approval: bool = Field(default=False, strict=True)
     reversibility: Literal["reversible", "partial", "irreversible"] = "reversible"
     traceparent: str | None = Field(
         default=None,
@@ -199,6 +199,12 @@ class StepOut(Out):
     reversibility: Reversibility
     idempotency_key: str
     undo: dict[str, Any]
+    undo_runner: Literal["nothing", "sagaboard", "agent"] = Field(
+        description="Who runs the step's undo: nothing (no undo: skipped during rollback), "
+        "sagaboard (a handler, webhook or command its workers run) or agent (the undo lives "
+        "in the agent's process; a worker never attempts it). The compensation plan on the "
+        "saga's page says what happens then."
+    )
     created_at: datetime | None = Field(description=_AS_REPORTED)
     updated_at: datetime | None = Field(description=_AS_REPORTED)
     completed_at: datetime | None = Field(description=_AS_REPORTED)

@@ -18,6 +18,8 @@ from ninja.responses import NinjaJSONEncoder
 from ninja.security import HttpBearer
 
 from sagaboard.api import errors, links, openapi_bounds
+from sagaboard.api.batches import router as batches_router
+from sagaboard.api.caller import caller_token
 from sagaboard.api.decisions import router as decisions_router
 from sagaboard.api.errors import ERRORS
 from sagaboard.api.schemas import (
@@ -34,7 +36,7 @@ from sagaboard.api.schemas import (
     StepFailIn,
     StepOut,
 )
-from sagaboard.domain import manual_flow, saga_stop
+from sagaboard.domain import manual_flow, saga_stop, undo_kinds
 from sagaboard.domain.event_schema import BIGINT, EventBatchIn, Text, Timestamp
 from sagaboard.domain.ingest import events_ingest
 from sagaboard.domain.record_columns import SAGA_MIRRORED, STEP_MIRRORED, STEP_OWN_ROWS, mirrored
@@ -95,21 +97,16 @@ api = openapi_bounds.BoundedNinjaAPI(
 errors.install(api)
 
 
-def _token(request: HttpRequest) -> ApiToken:
-    token: ApiToken = request.auth  # type: ignore[attr-defined]
-    return token
-
-
 # ---------------------------------------------------------------- events
 
 
 @api.post("/events", response={200: EventBatchOut, **ERRORS}, tags=["events"])
 def post_events(request: HttpRequest, payload: EventBatchIn) -> HttpResponse:
-    """Apply transition events (one or a batch) atomically, in order, idempotently."""
-    limit = settings.SAGABOARD_API_MAX_BATCH
-    if len(payload.events) > limit:
-        raise ServiceError(422, "validation_error", f"at most {limit} events per batch", "events")
-    token = _token(request)
+    """Apply transition events (one or a batch) atomically, in order, idempotently.
+
+    At most ``SAGABOARD_API_MAX_BATCH`` events: ``EventBatchIn`` counts them before
+    reading any (``limits.batch_problem``)."""
+    token = caller_token(request)
     sent = request.parsed_body["events"]  # type: ignore[attr-defined]
     results = events_ingest(
         project=token.project, events=payload.events, token_pk=token.pk, sent=sent
@@ -135,7 +132,7 @@ def list_rollback_requests(request: HttpRequest) -> Any:
 
     Asking marks them heard: the saga page then says the agent was told.
     """
-    return {"rollback_requested": saga_stop.rollback_requests_for(_token(request).project)}
+    return {"rollback_requested": saga_stop.rollback_requests_for(caller_token(request).project)}
 
 
 # ---------------------------------------------------------------- sagas
@@ -164,13 +161,14 @@ def _step(step: Step) -> dict[str, Any]:
         **mirrored(step, STEP_MIRRORED, skip=STEP_OWN_ROWS),
         "metadata": step.metadata or {},
         "undo": step.undo or {},
+        "undo_runner": undo_kinds.undo_runner(step.has_undo, step.undo),
         "changed_at": step.changed_at,
         "attempts": list(step.attempts.all()),
     }
 
 
 def _saga_out(request: HttpRequest, saga_id: str) -> dict[str, Any]:
-    saga = visible.saga_get_for_project(project=_token(request).project, saga_id=saga_id)
+    saga = visible.saga_get_for_project(project=caller_token(request).project, saga_id=saga_id)
     if saga is None:
         raise ServiceError(404, "not_found", f"no saga {saga_id!r} in this project", "saga_id")
     steps = list(saga.steps.all())
@@ -183,7 +181,7 @@ def _saga_out(request: HttpRequest, saga_id: str) -> dict[str, Any]:
 
 
 def _step_out(request: HttpRequest, saga_id: str, step_id: str) -> dict[str, Any]:
-    saga = visible.saga_get_for_project(project=_token(request).project, saga_id=saga_id)
+    saga = visible.saga_get_for_project(project=caller_token(request).project, saga_id=saga_id)
     step = next((s for s in saga.steps.all() if s.step_id == step_id), None) if saga else None
     if step is None:
         raise ServiceError(404, "not_found", f"no step {step_id!r} in saga {saga_id!r}", "step_id")
@@ -204,7 +202,7 @@ def list_saga_events(
     limit: int = Query(500, ge=1, le=1000),
 ) -> Any:
     """The saga's event log, oldest first; pass the last ``log_id`` as ``after`` to go on."""
-    saga = visible.saga_get_for_project(project=_token(request).project, saga_id=saga_id)
+    saga = visible.saga_get_for_project(project=caller_token(request).project, saga_id=saga_id)
     if saga is None:
         raise ServiceError(404, "not_found", f"no saga {saga_id!r} in this project", "saga_id")
     rows = visible.event_list_for_saga(saga=saga, after=after, limit=limit)
@@ -240,8 +238,8 @@ def list_saga_events(
 def begin_saga(request: HttpRequest, payload: SagaBeginIn) -> Any:
     """Begin a saga that sagaboard drives (the seed's ``saga_begin``)."""
     saga_id = manual_flow.saga_begin(
-        project=_token(request).project,
-        token_pk=_token(request).pk,
+        project=caller_token(request).project,
+        token_pk=caller_token(request).pk,
         event_id=payload.event_id,
         name=payload.name,
         saga_id=payload.id,
@@ -260,7 +258,7 @@ def begin_saga(request: HttpRequest, payload: SagaBeginIn) -> Any:
 def add_step(request: HttpRequest, saga_id: Text, payload: StepAddIn) -> Any:
     """Register a step and how its undo runs (``saga_add_step``)."""
     step_id = manual_flow.step_add(
-        project=_token(request).project,
+        project=caller_token(request).project,
         event_id=payload.event_id,
         saga_id=saga_id,
         tool_name=payload.tool_name,
@@ -284,7 +282,7 @@ def complete_step(
 ) -> Any:
     """Mark a step completed with its output (``saga_complete_step``)."""
     manual_flow.step_complete(
-        project=_token(request).project,
+        project=caller_token(request).project,
         event_id=payload.event_id,
         saga_id=saga_id,
         step_id=step_id,
@@ -302,7 +300,7 @@ def complete_step(
 def fail_step(request: HttpRequest, saga_id: Text, step_id: Text, payload: StepFailIn) -> Any:
     """Mark a step failed (``saga_fail_step``); the saga stays open until a rollback."""
     manual_flow.step_fail(
-        project=_token(request).project,
+        project=caller_token(request).project,
         event_id=payload.event_id,
         saga_id=saga_id,
         step_id=step_id,
@@ -315,7 +313,7 @@ def fail_step(request: HttpRequest, saga_id: Text, step_id: Text, payload: StepF
 def complete_saga(request: HttpRequest, saga_id: Text, payload: SagaActionIn) -> Any:
     """Finish the saga successfully."""
     manual_flow.saga_complete(
-        project=_token(request).project, event_id=payload.event_id, saga_id=saga_id
+        project=caller_token(request).project, event_id=payload.event_id, saga_id=saga_id
     )
     return _saga_out(request, saga_id)
 
@@ -328,7 +326,7 @@ def rollback_saga(request: HttpRequest, saga_id: Text, payload: SagaActionIn) ->
     The answer is read after the commit, so a quick worker may already show further along.
     """
     manual_flow.saga_rollback_request(
-        project=_token(request).project,
+        project=caller_token(request).project,
         event_id=payload.event_id,
         saga_id=saga_id,
         reason=payload.reason,
@@ -365,7 +363,7 @@ def list_sagas(
     """
     try:
         rows, next_cursor = visible.saga_list(
-            projects=[_token(request).project],
+            projects=[caller_token(request).project],
             statuses=status or (),
             tool=tool,
             q=q,
@@ -384,3 +382,4 @@ def list_sagas(
 __all__ = ["SagaSummaryOut", "StepOut", "api"]
 
 api.add_router("/", decisions_router)
+api.add_router("/", batches_router)

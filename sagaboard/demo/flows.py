@@ -3,23 +3,38 @@
 Each saga runs in undo_core with ``DjangoStore``, so what the dashboard shows is
 exactly what the engine records: a clean rollback, a completed checkout, a
 rollback that failed and waits for an operator, an undo an approver rejected,
-one still running, and two that sagaboard runs itself (server-side undos): one
-waiting in the approval queue, one whose undo failed. Saga ids are fixed, so
-loading twice adds nothing.
+one still running, and some that sagaboard runs itself (server-side undos): four
+waiting in the approval queue, one whose undo failed.
+
+Every flow can be tried by hand: the demo's people (``DEMO_PEOPLE``: an operator, two
+approvers, a viewer, beside the ``demo`` superuser) and three of the waiting undos
+posted by StoreBot's token, which ``demo`` made, so its approvals are refused (four
+eyes) while the approvers approve, reject or bulk-approve them; one of the three falls
+under a two-approver policy (``TWO_APPROVERS``). The demo agent
+(``sagaboard.demo.agent``) adds a saga that is really running. Saga ids, the people,
+the token and the policy are fixed, so loading twice adds nothing.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import get_hashers, make_password
+from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
 from sagaboard.domain import manual_flow, runner
 from sagaboard.domain.django_store import DjangoStore
-from sagaboard.models import Project, Saga
+from sagaboard.domain.policies import policy_save
+from sagaboard.domain.roles import roles_sync
+from sagaboard.domain.tokens import token_authenticate, token_create
+from sagaboard.models import ApiToken, ApprovalPolicy, Project, Saga
 from undo_core import ApprovalRequest, Decision, FailedCompensation, SagaRollbackError, define_tool
 from undo_core import Saga as EngineSaga
 
@@ -27,6 +42,34 @@ DEMO_PROJECT = "demo"
 DEMO_COMPENSATIONS = "sagaboard.demo.compensations"
 """The module of the demo's server-side undos: registered only where the demo runs
 (``SAGABOARD_COMPENSATION_MODULES``, by default with DEBUG on), never in production."""
+STOREBOT_TOKEN = "storebot"
+"""The label of the API token the demo's queued refunds were posted with (made by ``demo``)."""
+TWO_APPROVERS = "refunds over 1,000: two approvers"
+"""The demo's policy: a refund's undo above 1,000 needs two different approvers."""
+AGENT_TOKEN = "demo agent"
+"""The label of the demo agent's API token (``demo_agent_token``)."""
+
+
+@dataclass(frozen=True)
+class DemoPerson:
+    username: str
+    password: str
+    role: str
+    tries: str
+    """What this login is for in the demo (the command's output and the README say it)."""
+
+
+DEMO_PEOPLE = (
+    DemoPerson("olga", "olga-demo", "operator",
+               "stop the demo agent's running checkout; retry or resolve a failed undo"),
+    DemoPerson("anna", "anna-demo", "approver",
+               "approve, reject or bulk-approve the queued refunds; first of two on the big one"),
+    DemoPerson("amir", "amir-demo", "approver",
+               "the same; the second approver demo-refund-two-approvers needs"),
+    DemoPerson("vic", "vic-demo", "viewer", "sees everything, may change nothing"),
+)  # fmt: skip
+"""The demo's people, members of the demo project, one role each (``sagaboard.domain.roles``).
+Their passwords pass the project's password validators (``demo``'s own does not)."""
 
 
 def _fails(message: str) -> Callable[..., Any]:
@@ -64,7 +107,6 @@ def _emailed(inp: dict[str, Any]) -> dict[str, Any]:
 
 RETURN_ITEM = define_tool("return_item", _returned, _noop)
 REFUND = define_tool("refund_payment", _refunded, _noop)
-REFUND_STUCK = define_tool("refund_payment", _refunded, _fails("Stripe API timed out"))
 REFUND_GATED = define_tool("refund_payment", _refunded, _noop, requires_approval=True)
 LABEL_DOWN = define_tool("generate_label", _fails("FedEx API returned 500"))
 RESERVE = define_tool("deduct_inventory", _reserved, _noop)
@@ -114,10 +156,19 @@ def _run(
         saga.release()
 
 
-@transaction.atomic
-def demo_load() -> Project:
-    """Create (once) the demo project and its sagas; returns the project."""
+def demo_project() -> Project:
     project, _ = Project.objects.get_or_create(slug=DEMO_PROJECT, defaults={"name": "Demo shop"})
+    return project
+
+
+@transaction.atomic
+def demo_load(token_maker: Any = None) -> Project:
+    """Create (once) the demo project and its sagas; returns the project.
+
+    ``token_maker``: who made StoreBot's token (the demo superuser), so who may not
+    decide the undos of the sagas posted with it.
+    """
+    project = demo_project()
     _run(project, "demo-storebot-return", "storebot-return", _return("882", 4000))
     _run(
         project,
@@ -129,17 +180,19 @@ def demo_load() -> Project:
             (EMAIL, {"to": "ada@example.com"}),
         ],
     )
-    stuck = _return("913", 12900, REFUND_STUCK)
-    _run(project, "demo-refund-stuck", "storebot-return", stuck, on_compensation_failure="halt")
     rejected = _return("774", 25000, REFUND_GATED)
     _run(project, "demo-refund-rejected", "storebot-return", rejected, gate=_Approver())
-    _run(
-        project,
-        "demo-checkout-running",
-        "checkout-flow",
-        [(RESERVE, {"sku": "xyz", "qty": 2})],
-        complete=False,
-    )
+    if not Saga.objects.filter(project=project, saga_id="demo-checkout-running").exists():
+        _running_checkout(project, "demo-checkout-running")
+    if not Saga.objects.filter(project=project, saga_id="demo-refund-stuck").exists():
+        # Stripe is down: the refund's undo fails at every attempt, and the rollback halts
+        # before the return (not undone yet). Refund by hand and force-resolve it: the
+        # worker then undoes the return, and the saga ends rolled back.
+        saga = storebot_server_saga(
+            project, "demo-refund-stuck", refund_needs_approval=False, refund_fails_first=10**6,
+            item="913", amount=12900,
+        )  # fmt: skip
+        runner.rollback_continue(saga.pk)
     if not Saga.objects.filter(project=project, saga_id="demo-refund-awaiting").exists():
         # Run by sagaboard itself: the worker's rollback stops before the refund's undo,
         # which waits in the approval queue.
@@ -152,7 +205,64 @@ def demo_load() -> Project:
             item="347",
         )  # fmt: skip
         runner.rollback_continue(saga.pk)
+    _queued_refunds(project, token_maker)
     return project  # fmt: skip
+
+
+def _running_checkout(project: Project, saga_id: str) -> None:
+    """A checkout sagaboard runs, stopped after its first step: its undo is the worker's
+    (a registered handler), so a stop from its page rolls it back at once."""
+    manual_flow.saga_begin(
+        project=project, event_id=_event_id(), name="checkout-flow", saga_id=saga_id
+    )
+    step_id = manual_flow.step_add(
+        project=project, event_id=_event_id(), saga_id=saga_id, tool_name="deduct_inventory",
+        input={"sku": "xyz", "qty": 2},
+        undo={"kind": "handler", "handler": "checkout.release_stock"},
+    )  # fmt: skip
+    manual_flow.step_complete(
+        project=project, event_id=_event_id(), saga_id=saga_id, step_id=step_id,
+        output={"sku": "xyz", "reserved": 2},
+    )  # fmt: skip
+
+
+def _queued_refunds(project: Project, maker: Any) -> None:
+    """Three refunds posted with StoreBot's token (made by ``maker``, the demo superuser),
+    their undos waiting in the queue; the biggest falls under the two-approver policy."""
+    if not ApprovalPolicy.objects.filter(project=project, name=TWO_APPROVERS).exists():
+        rule = {
+            "name": TWO_APPROVERS,
+            "tool_glob": "refund_payment",
+            "condition": "input.amount > 1000",
+            "approvers_required": 2,
+            "enabled": True,
+        }
+        if maker is not None:  # as an admin makes one on the policies page: audited
+            policy_save(project=project, data=rule, user=maker)
+        else:
+            ApprovalPolicy.objects.create(project=project, **rule)
+    queued = [("demo-refund-queued-1", "562", 90), ("demo-refund-queued-2", "563", 240),
+              ("demo-refund-two-approvers", "564", 1800)]  # fmt: skip
+    if all(Saga.objects.filter(project=project, saga_id=sid).exists() for sid, _, _ in queued):
+        return
+    token = _storebot_token(project, maker)
+    for saga_id, item, amount in queued:
+        if not Saga.objects.filter(project=project, saga_id=saga_id).exists():
+            saga = storebot_server_saga(
+                project, saga_id, item=item, amount=amount, token_pk=token.pk
+            )
+            runner.rollback_continue(saga.pk)
+
+
+def _storebot_token(project: Project, maker: Any) -> ApiToken:
+    """StoreBot's token: its secret is not kept (the demo's sagas are posted in this
+    process); it says who posted them, and who made it, so who may not decide."""
+    token = ApiToken.objects.filter(
+        project=project, label=STOREBOT_TOKEN, revoked_at__isnull=True
+    ).first()
+    if token is None:
+        token = token_create(project=project, label=STOREBOT_TOKEN, acting_user=maker).token
+    return token
 
 
 def _event_id() -> str:
@@ -165,8 +275,10 @@ def storebot_server_saga(
     *,
     refund_needs_approval: bool = True,
     return_fails_first: int = 0,
+    refund_fails_first: int = 0,
     token_pk: int | None = None,
     item: str = "882",
+    amount: int = 120,
 ) -> Saga:
     """StoreBot run by sagaboard: return_item, refund_payment, then generate_label fails.
 
@@ -178,14 +290,17 @@ def storebot_server_saga(
         project=project, event_id=_event_id(), name="storebot-return", saga_id=saga_id,
         token_pk=token_pk,
     )  # fmt: skip
-    charge = {"chargeId": f"ch_{item}", "amount": 120, "currency": "EUR"}
+    charge = {"chargeId": f"ch_{item}", "amount": amount, "currency": "EUR"}
     returned = {"itemId": item, "status": "returned", "rma": f"RMA-{item}"}
+    refund_undo: dict[str, Any] = {"kind": "handler", "handler": "storebot.refund_payment"}
+    if refund_fails_first:
+        refund_undo["args"] = {"fail_first": refund_fails_first}
     steps = [
         ("return_item", {"itemId": item}, returned,
          {"kind": "handler", "handler": "storebot.return_item",
           "args": {"fail_first": return_fails_first}}, False),
         ("refund_payment", charge, {"refund": f"re_{item}", **charge},
-         {"kind": "handler", "handler": "storebot.refund_payment"}, refund_needs_approval),
+         refund_undo, refund_needs_approval),
     ]  # fmt: skip
     for tool, given, output, undo, approval in steps:
         step_id = manual_flow.step_add(
@@ -216,5 +331,59 @@ def demo_user(username: str = "demo", password: str = "demo") -> tuple[Any, bool
     created = user is None
     if user is None:
         user = User.objects.create_superuser(username, f"{username}@example.com", password)
-    Project.objects.get(slug=DEMO_PROJECT).members.add(user)
+    demo_project().members.add(user)
     return user, created
+
+
+def demo_people() -> list[tuple[DemoPerson, bool]]:
+    """The demo's people (``DEMO_PEOPLE``), made once, each in its role and a member of the
+    demo project; returns each with whether it was made now. A password changed since
+    is left as it is."""
+    User = get_user_model()
+    project = demo_project()
+    roles = {p.role for p in DEMO_PEOPLE}
+    if Group.objects.filter(name__in=roles).count() < len(roles):
+        roles_sync(Group, Permission)  # the migration made them; a flushed database has none
+    # Instead of PBKDF2, scrypt (Django's too, in PASSWORD_HASHERS): a third of the time,
+    # paid for each person at every fresh load (the live tests load the demo often); the
+    # first login re-hashes the password with the preferred hasher.
+    algorithms = [h.algorithm for h in get_hashers()]
+    slow = algorithms[0].startswith("pbkdf2") and "scrypt" in algorithms
+    hasher = "scrypt" if slow else "default"
+    made = []
+    for person in DEMO_PEOPLE:
+        user = User.objects.filter(username=person.username).first()
+        created = user is None
+        if user is None:
+            hashed = make_password(person.password, hasher=hasher)
+            user = User.objects.create(
+                username=person.username, email=f"{person.username}@example.com", password=hashed
+            )
+        user.groups.add(Group.objects.get(name=person.role))
+        project.members.add(user)
+        made.append((person, created))
+    return made
+
+
+def demo_agent_token(path: Path) -> str:
+    """The demo agent's API token for the demo project: the one kept in ``path`` while it
+    still works, else a new one, kept there (readable by its owner only) for the next start.
+
+    A token's secret is never stored by sagaboard, so the agent keeps its own: each
+    ``make run`` reuses it rather than leaving a new token behind every time.
+    """
+    project = Project.objects.filter(slug=DEMO_PROJECT).first()
+    if project is None:
+        raise LookupError("no demo project: run manage.py sagaboard_demo first")
+    if path.is_file():
+        kept = path.read_text().strip()
+        token = token_authenticate(kept)
+        if token is not None and token.project.slug == DEMO_PROJECT:
+            return kept
+    secret = token_create(project=project, label=AGENT_TOKEN).secret
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file left from before keeps its mode otherwise
+    with os.fdopen(fd, "w") as out:
+        out.write(secret + "\n")
+    return secret

@@ -12,6 +12,8 @@ item is read back and reported as what it now is:
 - ``requested``: accepted, not carried out yet (queued for a worker, or waiting
   for the agent's process);
 - ``waiting``: an approval vote was recorded, another approver is still needed;
+- ``awaiting``: a retry of an undo that needs approval waits for the approver (it
+  runs once approved; nothing was attempted);
 - ``refused``: nothing was done, and why.
 """
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sagaboard.domain.approvals import DecisionRefused, Outcome
+from sagaboard.domain.approvals import DecisionRefused, Outcome, approval_progress
 from sagaboard.models import Approval, Saga, Step
 from undo_core import StepState
 
@@ -29,6 +31,7 @@ RESULTS = {
     "failed": "failed",
     "requested": "requested, not run yet",
     "waiting": "waiting for another approver",
+    "awaiting": "waiting for approval",
     "refused": "refused",
 }
 """Each result and how the summary line counts it, in the order it lists them."""
@@ -123,6 +126,8 @@ def step_outcome(action: str, step: Step) -> tuple[str, str]:
     """(result, detail) of ``action`` on ``step`` as the step now stands."""
     if action == "leave":
         return "succeeded", "left failed: off the needs-attention list, the saga stays as it is"
+    if action == "retry" and (why := retry_needs_approval(step)):
+        return "awaiting", why
     if step.pending_action:
         return "requested", f"{action} {_waits_for(step.saga)}"
     if step.state == StepState.COMPENSATING:
@@ -135,6 +140,13 @@ def step_outcome(action: str, step: Step) -> tuple[str, str]:
         error = f": {step.error}" if step.error else ""
         return "failed", f"the undo failed again, the step is {step.state}{error}"
     return "succeeded", f"the step is {step.state}"
+
+
+def retry_needs_approval(step: Step) -> str:
+    """Why the step's pending retry waits for an approver ('' if it does not): the worker
+    found so (``retry_waits_for_approval``), or the request already said so."""
+    request = step.pending_action or {}
+    return step.retry_waits_for_approval or str(request.get("needs_approval") or "")
 
 
 def steps_report(action: str, results: Sequence[tuple[int, Step | DecisionRefused]]) -> Report:
@@ -155,8 +167,7 @@ def steps_report(action: str, results: Sequence[tuple[int, Step | DecisionRefuse
 def approval_outcome(approval: Approval) -> tuple[str, str]:
     """(result, detail) of a decision on ``approval`` as it and its step now stand."""
     if approval.status == Approval.Status.PENDING:
-        n = approval.votes.count()
-        return "waiting", f"your approval is in ({n} of {approval.required})"
+        return "waiting", approval_progress(approval, approval.votes.count())
     if approval.status == Approval.Status.REJECTED:
         return "succeeded", "rejected: this undo will not run"
     if approval.status != Approval.Status.APPROVED:

@@ -33,6 +33,7 @@ from sagaboard.domain.undo_kinds import plan_for, plan_hash
 from sagaboard.errors import ServiceError
 from sagaboard.models import Approval, ApprovalPolicy, ApprovalVote, Project, Saga, Step
 from sagaboard.selectors import visible
+from undo_core import SagaStatus, StepState
 
 Status = Approval.Status
 
@@ -46,6 +47,7 @@ class DecisionRefused(ServiceError):
         "not_found": 404,
         "already_decided": 409,
         "void": 409,
+        "cannot_run_here": 409,
     }
     """The HTTP status of each refusal (a form's bad value is 400: the page, not an API)."""
 
@@ -180,6 +182,20 @@ class Outcome:
     approval: Approval
     decided: bool
     """True when this vote settled the approval (approved or rejected)."""
+    approvals: int = 0
+    """The approve votes the approval holds now, this one included."""
+
+    @property
+    def progress(self) -> str:
+        """A vote that did not settle it, in plain words (``approval_progress``)."""
+        return approval_progress(self.approval, self.approvals)
+
+
+def approval_progress(approval: Approval, approvals: int) -> str:
+    """How far a four-eyes approval is: "1 of 2 approvals in; one more approver needed"."""
+    more = max(approval.required - approvals, 0)
+    needed = "one more approver needed" if more == 1 else f"{more} more approvers needed"
+    return f"{approvals} of {approval.required} approvals in; {needed}"
 
 
 def approval_decide(
@@ -204,6 +220,7 @@ def approval_decide(
         raise DecisionRefused("forbidden", "deciding undos needs the approver role")
     projects = visible.projects_visible(user)
     void_error: DecisionRefused | None = None
+    approved = 0
     with transaction.atomic():
         approval = (
             Approval.objects.select_for_update(of=("self",))
@@ -257,8 +274,8 @@ def approval_decide(
         raise void_error
     decided = approval.status != Status.PENDING
     if decided:
-        _after_decision(approval, saga.driver)
-    return Outcome(approval, decided)
+        _after_decision(approval, saga.driver, step)
+    return Outcome(approval, decided, approved)
 
 
 def _settle(approval: Approval, decision: str, reason: str, approvals: int) -> None:
@@ -280,10 +297,130 @@ def _already(approval: Approval) -> str:
     return f"already decided: {approval.status.lower()}{by} at {when}".strip()
 
 
-def _after_decision(approval: Approval, driver: str) -> None:
-    """A settled approval lets the saga's rollback go on (server-run sagas: a worker)."""
-    if driver == Saga.Driver.SERVER:
+def _after_decision(approval: Approval, driver: str, step: Step | None = None) -> None:
+    """A settled approval lets the saga's rollback go on (server-run sagas: a worker).
+
+    An approval an operator's retry waits for (``retry_waits_on``) is that retry's: the
+    worker carries the retry out (approved) or ends it (rejected, expired), then goes on.
+    ``step``: the approval's step when the caller has read it (under the decision's lock).
+    """
+    if driver != Saga.Driver.SERVER:
+        return
+    step = step or Step.objects.filter(pk=approval.step_id).first()
+    if step is not None and retry_waits_on(step) == approval.pk:
+        jobs.step_action_run(step.pk)
+    else:
         jobs.rollback_continue(approval.saga_id)
+
+
+# ---------------------------------------------------------------- a retry's approval
+
+
+def retry_waits_on(step: Step) -> int | None:
+    """The approval an operator's pending retry of this step waits for, if it waits for one.
+
+    Set on the request (``Step.pending_action["approval"]``) by the worker that found the
+    retry needs approval and none stands (``runner.step_action_run``); no query.
+    """
+    request = step.pending_action or {}
+    if request.get("action") != "retry" or not request.get("approval"):
+        return None
+    return int(request["approval"])
+
+
+def retry_approval_needed(saga: Saga, step: Step) -> str | None:
+    """Why a retry of this failed undo must wait for a person, or None when it may run now.
+
+    The worker's rule (``runner._approved_hash``): an undo that needs approval runs only on
+    an APPROVED approval that stands for exactly what would run.
+    """
+    why = approval_reason(saga.project, step)
+    if why is None:
+        return None
+    current = approval_current(step)
+    if current is None or current.status != Status.APPROVED:
+        return why
+    return None if current.plan_hash == plan_hash(plan_for(saga, step)) else why
+
+
+def retry_rejection(saga: Saga, step: Step) -> Approval | None:
+    """The rejected (or expired) approval that stands for what a retry would run, if any:
+    an approver said no to this undo, so a retry is refused (resolve or leave it)."""
+    return rejection_standing(saga, step, approval_current(step))
+
+
+def rejection_standing(saga: Saga, step: Step, current: Approval | None) -> Approval | None:
+    """``retry_rejection`` from the step's approval that stands (``current``, as
+    ``approval_current`` reads it), for a caller that read it already."""
+    if current is None or current.status not in (Status.REJECTED, Status.EXPIRED):
+        return None
+    return current if current.plan_hash == plan_hash(plan_for(saga, step)) else None
+
+
+def approvals_current(step_pks: Iterable[int]) -> dict[int, Approval]:
+    """Each step's approval that stands (``approval_current``), for many steps in one query."""
+    current: dict[int, Approval] = {}
+    pks = list(step_pks)
+    if pks:
+        for a in Approval.objects.filter(step__in=pks).exclude(status=Status.VOID).order_by("pk"):
+            current[a.step_id] = a
+    return current
+
+
+def approval_void(approval_pk: int, *, reason: str, user: Any = None) -> bool:
+    """Void a PENDING approval (its undo will not run on it), audited; False if not pending.
+
+    Runs inside the caller's transaction when there is one (with the change that made the
+    approval moot), so the approval and that change are stored together or not at all.
+    """
+    with transaction.atomic():
+        approval = (
+            Approval.objects.select_for_update(of=("self",))
+            .select_related("saga", "step")
+            .filter(pk=approval_pk, status=Status.PENDING)
+            .first()
+        )
+        if approval is None:
+            return False
+        approval.status, approval.decided_at = Status.VOID, timezone.now()
+        approval.decided_reason = reason
+        approval.save(update_fields=["status", "decided_at", "decided_reason"])
+        audit.record(
+            user=user, actor=None if user is not None else "system", action="approval.void",
+            saga=approval.saga, step=approval.step, reason=reason, from_state=Status.PENDING,
+            to_state=Status.VOID, data={"approval": approval.pk},
+        )  # fmt: skip
+    return True
+
+
+_MOOT = (StepState.ROLLED_BACK, StepState.RESOLVED, StepState.REJECTED)
+"""Step states whose undo has settled: a pending approval of one is for nothing."""
+
+
+def approvals_void_settled(saga_pk: int | None = None) -> int:
+    """Void the pending approvals left on steps that settled (undone, resolved, rejected,
+    left failed) or whose saga's rollback ended; returns how many.
+
+    The approval queue never shows an approval whose undo can no longer run. ``saga_pk``:
+    that saga's only (after a worker's task), else every project's (the sweep).
+    """
+    pending = Approval.objects.filter(status=Status.PENDING)
+    if saga_pk is not None:
+        pending = pending.filter(saga_id=saga_pk)
+    moot = (
+        pending.filter(step__state__in=_MOOT)
+        | pending.filter(step__left_at__isnull=False)
+        | pending.filter(saga__status=SagaStatus.ROLLED_BACK)
+    )
+    voided = 0
+    for pk, state, left in moot.values_list("pk", "step__state", "step__left_at")[:500]:
+        why = "the step was left failed" if left else f"the step settled: {state}"
+        if state == StepState.RESOLVED:
+            why = "the step was resolved by hand"
+        elif state not in _MOOT and left is None:
+            why = "the saga's rollback ended"
+        voided += approval_void(pk, reason=why)
+    return voided
 
 
 def approvals_decide_many(

@@ -14,7 +14,12 @@ The flow (README, "Batch operations"):
    job's progress are written in one transaction, so an item is acted on exactly once: a
    worker killed mid-chunk leaves none of the chunk, and the next worker skips every item
    that has an outcome.
-4. ``batch_cancel``: the job stops between chunks (a queued job at once).
+4. A retry, resolve or approval is a request: its item stays ``requested`` (still running)
+   until the undo it started has ended, and the job ``finishing`` after its last chunk
+   until every such item has its outcome (``sagaboard.domain.batch_outcomes``): then
+   ``finished``.
+5. ``batch_cancel``: the job stops between chunks (a queued job at once); what it already
+   asked for is still followed to its outcome.
 
 A job is held by one worker at a time through its lease, renewed every chunk; the periodic
 sweep (``batch_orphans``) queues again a job whose worker has died (its lease expired, or its
@@ -24,7 +29,6 @@ owner is a dead process of this host) or whose task was lost.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -32,13 +36,21 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.db import DatabaseError, transaction
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 
-from sagaboard.domain import action_reports, approvals, audit, jobs, operator_actions
+from sagaboard.domain import (
+    action_reports,
+    approvals,
+    audit,
+    batch_outcomes,
+    jobs,
+    operator_actions,
+)
 from sagaboard.domain.approvals import DecisionRefused
-from sagaboard.models import Approval, AuditEntry, BatchItem, BatchJob, Project, Step
+from sagaboard.domain.batch_outcomes import item_counts, job_audit, project_pks
+from sagaboard.models import Approval, BatchItem, BatchJob, Project, Step
 from sagaboard.selectors import rollback_outcomes, saga_search, visible
 from undo_core import default_owner, local_owner_dead
 
@@ -102,11 +114,11 @@ def _targets(
     sagas = saga_search.select(search, projects, viewer=user).order_by().values("pk")
     mine = [p.pk for p in projects]
     if action in STEP_ACTIONS:
+        free = Q(pending_action__isnull=True)
+        if action != "retry":  # resolve or leave takes over a retry waiting for its approver
+            free |= Q(pk__in=Approval.objects.filter(status=Approval.Status.PENDING).values("step"))
         steps = Step.objects.filter(
-            rollback_outcomes.waits_for_operator(),
-            pending_action__isnull=True,
-            saga__project__in=mine,
-            saga__in=sagas,
+            rollback_outcomes.waits_for_operator(), free, saga__project__in=mine, saga__in=sagas
         )
         if search.tool:  # "the failed undos of refund_payment": that tool's steps only
             steps = steps.filter(tool_name=search.tool)
@@ -185,24 +197,11 @@ def batch_create(
             ),
             batch_size=1000,
         )  # fmt: skip
-        project_pks = sorted({row[1] for row in rows})
-        job.projects.set(project_pks)
-        _audit(job, "batch.start", project_pks, {"filter": job.query, "total": job.total})
+        touched = sorted({row[1] for row in rows})
+        job.projects.set(touched)
+        job_audit(job, "batch.start", touched, {"filter": job.query, "total": job.total})
     jobs.batch_run(job.pk)
     return job
-
-
-def _audit(job: BatchJob, action: str, project_pks: Sequence[int], data: dict[str, Any]) -> None:
-    """One entry per project the job touches (each project's admins see it on their audit page)."""
-    now = timezone.now()
-    AuditEntry.objects.bulk_create(
-        AuditEntry(
-            project_id=pk, user_id=job.user_id, actor=job.actor, action=action,
-            target=f"batch:{job.pk}", reason=job.reason,
-            data={"batch": job.pk, "action": job.action, **data}, at=now,
-        )
-        for pk in project_pks
-    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- reading jobs
@@ -220,6 +219,15 @@ def job_get(*, user: Any, pk: int) -> BatchJob:
     job = jobs_visible(user).filter(pk=pk).first()
     if job is None:
         raise DecisionRefused("not_found", "no such batch job in your projects")
+    return job
+
+
+def job_get_for_project(*, project: Project, pk: int) -> BatchJob:
+    """A job of ``project`` only (an API token's): every item of it in that project."""
+    others = Project.objects.exclude(pk=project.pk)
+    job = BatchJob.objects.filter(pk=pk, projects=project).exclude(projects__in=others).first()
+    if job is None:
+        raise DecisionRefused("not_found", f"no batch job {pk} in this project", "job_id")
     return job
 
 
@@ -243,13 +251,14 @@ def batch_cancel(*, user: Any, pk: int) -> BatchJob:
         )
         job.refresh_from_db()
         if not moved:
+            if job.state == State.FINISHING:
+                raise DecisionRefused(
+                    "already_decided",
+                    "the job has made all its requests already: their undos are running",
+                )
             raise DecisionRefused("already_decided", f"the job is {job.state} already")
-        _audit(job, "batch.cancel", _project_pks(job), {"done": job.done, "by": who})
+        job_audit(job, "batch.cancel", project_pks(job), {"done": job.done, "by": who})
     return job
-
-
-def _project_pks(job: BatchJob) -> list[int]:
-    return sorted(job.projects.values_list("pk", flat=True))
 
 
 # ---------------------------------------------------------------- running (the worker)
@@ -301,7 +310,6 @@ def batch_run(pk: int, *, chunk: int | None = None, pause: float | None = None) 
         return "busy" if job is not None and job.state in ACTIVE else (job.state if job else "gone")
     job = BatchJob.objects.select_related("user").get(pk=pk)
     user = job.user or AnonymousUser()  # an account deleted since: every item is refused
-    counts = _counts(pk)  # what earlier workers did (a resumed job)
     first = True
     while True:
         state = BatchJob.objects.filter(pk=pk, lease_owner=owner).values_list("state", flat=True)
@@ -321,11 +329,9 @@ def batch_run(pk: int, *, chunk: int | None = None, pause: float | None = None) 
         if not ids:
             return _end(job, owner, State.FINISHED)
         try:
-            done = _chunk_run(job, user, owner, ids, counts)
+            _chunk_run(job, user, owner, ids)
         except _LeaseLost:
             return "busy"
-        if settings.CELERY_TASK_ALWAYS_EAGER:  # a worker may have run it at commit: say so
-            _read_back(job.action, [item for item in done if item.outcome == "requested"])
 
 
 class _LeaseLost(Exception):
@@ -333,9 +339,7 @@ class _LeaseLost(Exception):
     its lease): the chunk is rolled back, actions and outcomes together."""
 
 
-def _chunk_run(
-    job: BatchJob, user: Any, owner: str, ids: list[int], counts: dict[str, int]
-) -> list[BatchItem]:
+def _chunk_run(job: BatchJob, user: Any, owner: str, ids: list[int]) -> list[BatchItem]:
     """One chunk in one transaction: each item through the single action's own service, its
     outcome, and the job's progress commit together, so a worker killed mid-chunk leaves
     none of it, and an item is never acted on twice. Each item in a savepoint of its own:
@@ -343,9 +347,14 @@ def _chunk_run(
     now = timezone.now()
     with transaction.atomic(), audit.operation(batch=job.pk):
         # The job's row before any audit chain's head, the order batch_cancel and _end take
-        # them in: the other order deadlocked against a cancel on PostgreSQL.
-        if not BatchJob.objects.select_for_update().filter(pk=job.pk, lease_owner=owner):
+        # them in: the other order deadlocked against a cancel on PostgreSQL. Its counts as
+        # of now (an earlier chunk's requests may have settled since: requests_settle counts
+        # under this lock too).
+        locked = BatchJob.objects.select_for_update().filter(pk=job.pk, lease_owner=owner)
+        stored = locked.values_list("counts", flat=True).first()
+        if stored is None:
             raise _LeaseLost
+        counts: dict[str, int] = dict(stored)
         items = list(
             BatchItem.objects.select_for_update()
             .filter(pk__in=ids, outcome="")
@@ -377,48 +386,33 @@ def _act(job: BatchJob, user: Any, item: BatchItem) -> tuple[str, str]:
         step = operator_actions.step_act(
             step_pk=item.target_pk, user=user, action=job.action, reason=job.reason
         )
-        return action_reports.step_outcome(job.action, step)
+        result, detail = action_reports.step_outcome(job.action, step)
+        if result == "awaiting":  # still running: the approver's decision settles it
+            return batch_outcomes.REQUESTED, f"the retry waits for approval: {detail}"
+        return result, detail
     outcome = approvals.approval_decide(
         approval_id=item.target_pk, user=user, decision=job.action, reason=job.reason
     )
     return action_reports.approval_outcome(outcome.approval)
 
 
-def _read_back(action: str, items: list[BatchItem]) -> None:
-    """Items only requested, read again after the commit that ran their tasks (eager mode)."""
-    if not items:
-        return
-    targets = [item.target_pk for item in items]
-    if action in STEP_ACTIONS:
-        steps = Step.objects.select_related("saga").in_bulk(targets)
-        now = {pk: action_reports.step_outcome(action, s) for pk, s in steps.items()}
-    else:
-        found = Approval.objects.select_related("step", "saga").in_bulk(targets)
-        now = {pk: action_reports.approval_outcome(a) for pk, a in found.items()}
-    for item in items:
-        result, detail = now.get(item.target_pk, (item.outcome, item.message))
-        if (result, detail) != (item.outcome, item.message):
-            BatchItem.objects.filter(pk=item.pk).update(outcome=result, message=detail[:2000])
-    counts = _counts(items[0].job_id)
-    BatchJob.objects.filter(pk=items[0].job_id).update(counts=counts)
-
-
-def _counts(pk: int) -> dict[str, int]:
-    rows = BatchItem.objects.filter(job_id=pk).exclude(outcome="").values("outcome")
-    return {r["outcome"]: r["n"] for r in rows.annotate(n=Count("pk")).order_by()}
-
-
 def _end(job: BatchJob, owner: str, state: str) -> str:
-    counts = _counts(job.pk)
+    """The last chunk is done (or the job cancelled): ``state`` if every outcome is known,
+    else ``finishing`` until the undos its requests started have ended."""
+    counts = item_counts(job.pk)
+    running = counts.get("requested", 0) > 0
     with transaction.atomic():
         ended = BatchJob.objects.filter(pk=job.pk, lease_owner=owner).update(
-            state=state, counts=counts, done=sum(counts.values()),
-            finished_at=timezone.now(), lease_owner=None, lease_expires_at=None,
+            state=State.FINISHING if running else state, counts=counts,
+            done=sum(counts.values()), finished_at=None if running else timezone.now(),
+            lease_owner=None, lease_expires_at=None,
         )  # fmt: skip
-        if ended:
-            action = "batch.finish" if state == State.FINISHED else "batch.cancelled"
-            _audit(job, action, _project_pks(job), {"counts": counts, "done": sum(counts.values())})
-    return state
+        if ended and not running:
+            job_audit(job, batch_outcomes.ended_action(state), project_pks(job),
+                      {"counts": counts, "done": sum(counts.values())})  # fmt: skip
+    if ended and running:  # some may have ended meanwhile (or all: then it finishes now)
+        batch_outcomes.requests_settle(job_pks=[job.pk])
+    return str(BatchJob.objects.values_list("state", flat=True).get(pk=job.pk))
 
 
 def batch_orphans(*, stale_seconds: float = STALE_SECONDS) -> list[int]:

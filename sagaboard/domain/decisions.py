@@ -27,7 +27,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import connection, transaction
 
-from sagaboard.domain import approvals, audit
+from sagaboard.domain import approvals, audit, batch_outcomes
 from sagaboard.errors import ServiceError
 from sagaboard.models import ApiToken, Approval, ApprovalVote, Project, Saga, Step
 from undo_core import StepState
@@ -236,6 +236,9 @@ def decision_ack(
             to_state=locked.state,
             data={"requested_by": pending.get("by"), "requested_at": pending.get("at")},
         )
+    # The step is what the agent made of the request: a batch job's item for it gets that
+    # outcome now (after the commit: the step's lock is not held while waiting for the job's).
+    batch_outcomes.requests_settle(step_pks=[step.pk], carried_out=True)
     view = {k: pending.get(k) for k in ("by", "reason", "at")}
     return {"acknowledged": action, **view, "state": locked.state}
 

@@ -38,6 +38,7 @@ from undo_core import CompensationAttempt as AttemptRecord
 from undo_core import (
     LeaseError,
     RollbackAssessment,
+    RollbackRequest,
     SagaChange,
     SagaEvent,
     SagaRecord,
@@ -83,6 +84,10 @@ class Known:
         """
         saga = self.saga
         guard = Q(pk=saga.pk, seq=saga.seq, changed_at=saga.changed_at)
+        if saga.rollback_requested_at is None:
+            # An operator's stop moves neither: a row asked to stop since is read again,
+            # so the engine hears it at its next step boundary (``rollback_requested``).
+            guard &= Q(rollback_requested_at__isnull=True)
         if check_lease:
             guard &= Q(lease_owner__isnull=True) | Q(lease_owner=record.lease_owner)
         if rolling:
@@ -191,6 +196,33 @@ class DjangoStore:
         rows = {s.step_id: copy.copy(s) for s in read}
         attempts = {s.step_id: {a.number for a in s.attempts.all()} for s in read}
         self._known[saga.saga_id] = Known(mine, rows, attempts)
+
+    def rollback_requested(self, saga_id: str) -> RollbackRequest | None:
+        """An operator's stop of a saga this process runs, as its last write found the row.
+
+        Asked by the engine at every step boundary: read from what the store knows (no
+        query), so a stop is heard at the boundary after the next write (a write of a
+        saga asked to stop since reads the row again: ``Known.unchanged``), as an SDK
+        agent hears it in the answer to its next events. Only an engine that runs its own
+        forward steps asks: a worker's never does.
+        """
+        known = self._known.get(saga_id)
+        saga = known.saga if known is not None else None
+        if saga is None or saga.rollback_requested_at is None:
+            return None
+        if saga.rollback_request_done_at is not None or saga.status != SagaStatus.IN_PROGRESS:
+            return None
+        by = saga.rollback_requested_by
+        if saga.rollback_request_heard_at is None:
+            saga.rollback_request_heard_at = timezone.now()
+            Saga.objects.filter(pk=saga.pk, rollback_request_heard_at__isnull=True).update(
+                rollback_request_heard_at=saga.rollback_request_heard_at
+            )
+        return RollbackRequest(
+            by=(by.get_username() if by is not None else "an operator"),
+            reason=saga.rollback_request_reason or "",
+            at=saga.rollback_requested_at,
+        )
 
     # ------------------------------------------------------------ leases
 
@@ -323,8 +355,11 @@ def _step_write(
         known.attempts[s.id] = set()
         created = row.undo
     else:
-        if not row.undo:  # set when the step is created, never changed (no event carries it)
-            values["undo"] = _default_undo(known.saga.driver)
+        if not row.undo and known.saga.driver == Saga.Driver.CLIENT:
+            # Set when the step is created, never changed (no event carries it). A server
+            # row stored as {} before the agent's undos were told apart stays as its
+            # creation event says: ``undo_kinds.undo_runner`` reads it the safe way.
+            values["undo"] = _default_undo(known.saga.driver, s.has_undo)
         Step.objects.filter(pk=row.pk).update(**values)
         for column, value in values.items():
             setattr(row, column, value)
@@ -372,12 +407,20 @@ def copy_step(
     for column, value in columns(s, skip=("id", *STEP_OWN_ROWS)).items():
         setattr(row, column, value)
     if not row.undo:  # set when the step is created, never changed (no event carries it)
-        row.undo = undo if undo is not None else _default_undo(driver)
+        row.undo = undo if undo is not None else _default_undo(driver, s.has_undo)
 
 
-def _default_undo(driver: str) -> dict[str, Any]:
-    """A step's ``undo`` when nobody said how it runs: its agent's, for a mirrored saga."""
-    return {"kind": "client"} if driver == Saga.Driver.CLIENT else {}
+def _default_undo(driver: str, has_undo: bool) -> dict[str, Any]:
+    """A step's ``undo`` when nobody said how it runs: the agent's.
+
+    A mirrored saga's undos all run in its agent; an engine running in its own process
+    over this store (the demo's loader, an app's own code) holds its tools' undos there
+    too, so those are ``client`` as well, never ``none`` (which says there is nothing to
+    undo): ``undo_kinds.undo_runner`` tells the three cases apart.
+    """
+    if driver == Saga.Driver.CLIENT or has_undo:
+        return {"kind": "client"}
+    return {"kind": "none"}
 
 
 def new_attempts(step_pk: int, s: StepSnapshot, known: set[int]) -> list[CompensationAttempt]:

@@ -11,14 +11,16 @@ itself (it polls for the decision). Leaving a step failed is immediate.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from sagaboard.domain import audit, jobs
+from sagaboard.domain import approvals, audit, batch_outcomes, jobs, undo_kinds
 from sagaboard.domain.approvals import DecisionRefused
-from sagaboard.models import Saga, Step
+from sagaboard.models import Approval, Saga, Step
 from sagaboard.selectors import rollback_outcomes, visible
 from undo_core import StepState
 
@@ -28,6 +30,9 @@ PERMISSION = {
     "resolve": "sagaboard.resolve_step",
     "leave": "sagaboard.resolve_step",
 }
+
+_MOOT = {"leave": "the step was left failed", "resolve": "the step was resolved by hand"}
+"""Why a retry's pending approval is void once the step is left or resolved instead."""
 
 
 def step_act(*, step_pk: int, user: Any, action: str, reason: str) -> Step:
@@ -51,19 +56,30 @@ def step_act(*, step_pk: int, user: Any, action: str, reason: str) -> Step:
         if step is None:
             raise DecisionRefused("not_found", "no such step in your projects")
         now = timezone.now()
+        needs = _retry_check(step, now) if action == "retry" else None
+        # A resolve or leave takes over a retry that waits for its approval (and voids it).
+        waiting = approvals.retry_waits_on(step) if action != "retry" else None
         claimable = Step.objects.filter(
-            pk=step.pk, state__in=ACTIONABLE, pending_action__isnull=True, left_at__isnull=True
+            pk=step.pk, state__in=ACTIONABLE, left_at__isnull=True
+        ).filter(
+            Q(pending_action=step.pending_action) if waiting else Q(pending_action__isnull=True)
         )
         actor = audit.actor_of(user)
         if action == "leave":
-            won = claimable.update(left_at=now, left_by=actor, left_reason=reason)
-            if won:  # no longer waits for anyone: the saga's outcome says "left failed"
-                rollback_outcomes.refresh(Saga.objects.select_for_update().get(pk=step.saga_id))
+            won = claimable.update(
+                left_at=now, left_by=actor, left_reason=reason, pending_action=None
+            )
         else:
             request = {"action": action, "by": actor, "reason": reason, "at": now.isoformat()}
+            if needs:  # said now; the worker opens the approval (and checks again)
+                request["needs_approval"] = needs
             won = claimable.update(pending_action=request)
         if not won:
             raise DecisionRefused("already_decided", _why_not(step.pk))
+        if waiting:
+            approvals.approval_void(waiting, reason=_MOOT[action], user=user)
+        if action == "leave" or waiting:  # the saga no longer waits for that approver
+            rollback_outcomes.refresh(Saga.objects.select_for_update().get(pk=step.saga_id))
         audit.record(
             user=user,
             action=f"step.{action}",
@@ -76,14 +92,65 @@ def step_act(*, step_pk: int, user: Any, action: str, reason: str) -> Step:
     step.refresh_from_db()
     if action != "leave" and step.saga.driver == Saga.Driver.SERVER:
         jobs.step_action_run(step.pk)
+    elif waiting:  # the left step's retry item (a batch job's) is skipped now
+        batch_outcomes.requests_settle(step_pks=[step.pk], carried_out=True)
     return step
+
+
+def _retry_check(step: Step, now: datetime) -> str | None:
+    """Refuse a retry that cannot run; for one that must wait for an approver, say why.
+
+    The worker's rules, asked at the request (``runner.step_action_run`` asks again): an
+    undo nothing here can run could only fail again; one an approver rejected for what
+    would run is not run on a retry (resolve or leave it); one that needs approval with
+    none standing waits for the approver (sagas sagaboard runs: their worker asks).
+    """
+    saga = step.saga
+    if step.retry_waits_for_approval:
+        raise DecisionRefused("already_decided", _why_not(step.pk))
+    refused = undo_kinds.retry_refused(saga, step, now)
+    if refused:  # it could only fail again
+        raise DecisionRefused("cannot_run_here", f"a retry cannot run this undo: {refused}")
+    if saga.driver != Saga.Driver.SERVER or step.pending_action:
+        return None
+    rejected = approvals.retry_rejection(saga, step)
+    if rejected is not None:
+        raise DecisionRefused("already_decided", _rejected(rejected))
+    return approvals.retry_approval_needed(saga, step)
+
+
+def _rejected(approval: Approval) -> str:
+    said = approval.decided_reason or approval.status.lower()
+    return (
+        f"an approver rejected this undo (approval #{approval.pk}: {said}): "
+        "force-resolve it or leave it failed"
+    )
+
+
+def retry_refused(
+    saga: Saga, step: Step, current: Approval | None, now: datetime | None = None
+) -> str:
+    """Why the pages offer no retry of this failed undo ('' when they do): what ``step_act``
+    would refuse it by, in its words (``undo_kinds.retry_refused``, or an approver's
+    rejection of exactly what it would run). ``current``: the step's approval that stands
+    (``approvals.approvals_current``, read once for all of a page's steps)."""
+    refused = undo_kinds.retry_refused(saga, step, now)
+    if refused or not step.needs_operator:
+        return refused
+    if saga.driver != Saga.Driver.SERVER or step.pending_action:
+        return ""
+    rejected = approvals.rejection_standing(saga, step, current)
+    return _rejected(rejected) if rejected is not None else ""
 
 
 def _why_not(step_pk: int) -> str:
     step = Step.objects.get(pk=step_pk)
     if step.pending_action:
         p = step.pending_action
-        return f"already requested: {p.get('action')} by {p.get('by')} at {p.get('at')}"
+        said = f"already requested: {p.get('action')} by {p.get('by')} at {p.get('at')}"
+        if approvals.retry_waits_on(step):
+            said += f"; it waits for approval #{p['approval']} ({p.get('why')})"
+        return said
     if step.left_at is not None:
         return f"already left failed by {step.left_by}: {step.left_reason}"
     if step.state == StepState.COMPENSATING:

@@ -21,19 +21,21 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from sagaboard.domain import approvals, audit, saga_stop, undo_kinds
+from sagaboard.domain import approvals, audit, batch_outcomes, saga_stop, undo_kinds
 from sagaboard.domain.worker_store import Busy, WorkerStore
 from sagaboard.infra.logs import saga_context
 from sagaboard.infra.observed_time import unchanged_for
 from sagaboard.models import Approval, ApprovalPolicy, Saga, Step
+from sagaboard.selectors import rollback_outcomes
 from undo_core import (
     ApprovalRequest,
     Decision,
@@ -203,7 +205,18 @@ def _tools(
     # Every tool gets the one undo, which runs each step's own kind (by ``ctx.step_id``):
     # whether a step has an undo is the step's ``has_undo``, and whether it can run here
     # is ``undo_kinds.undo_check``, asked by ``undo_kinds.run`` (and by the plan people read).
-    return {s.tool_name: define_tool(s.tool_name, _forward_not_here, undo) for s in steps.values()}
+    # An undo that lives in the agent is never attempted: the engine records why, in words.
+    tools: dict[str, Tool] = {}
+    for s in steps.values():
+        runner = undo_kinds.undo_runner(s.has_undo, s.undo)
+        if runner is undo_kinds.UndoRunner.AGENT and s.tool_name not in tools:
+            elsewhere = undo_kinds.AGENT_GONE.format(tool=s.tool_name)
+            tools[s.tool_name] = replace(
+                define_tool(s.tool_name, _forward_not_here), undo_elsewhere=elsewhere
+            )
+        elif runner is not undo_kinds.UndoRunner.AGENT:
+            tools[s.tool_name] = define_tool(s.tool_name, _forward_not_here, undo)
+    return tools
 
 
 @contextmanager
@@ -257,9 +270,22 @@ def rollback_continue(saga_pk: int) -> str:
         return "run by its agent"
     if saga.status not in (SagaStatus.COMPENSATING, SagaStatus.ROLLBACK_FAILED):
         return f"nothing to do: {saga.status}"
-    with attached(saga, lazy_lease=True) as engine:
-        engine.resume_rollback()
-        return str(engine.status)
+    try:
+        with attached(saga, lazy_lease=True) as engine:
+            engine.resume_rollback()
+            return str(engine.status)
+    finally:
+        _task_ended(saga)
+
+
+def _task_ended(saga: Saga) -> None:
+    """After a task on the saga: no approval is left pending for a step that settled, and
+    the saga's ``waiting_for`` counts a retry still waiting for its approver (the engine's
+    writes know the step only as ROLLBACK_FAILED)."""
+    if approvals.approvals_void_settled(saga.pk) or rollback_outcomes.retry_awaits_approval(
+        saga.pk
+    ):
+        rollback_outcomes.refresh(Saga.objects.get(pk=saga.pk))
 
 
 def stop_run(saga_pk: int) -> str:
@@ -286,13 +312,73 @@ def stop_run(saga_pk: int) -> str:
 
 
 def step_action_run(step_pk: int) -> str:
-    """Carry out an operator's pending retry or resolve, then go on with the rollback."""
+    """Carry out an operator's pending retry or resolve, then go on with the rollback.
+
+    A retry of an undo that needs approval, with none that stands for what would run, is
+    not attempted: it waits for the approval (``_retry_gate``), and the decision brings
+    the worker back here (``approvals._after_decision``) to run it or to end it.
+    """
     step = Step.objects.select_related("saga__project").get(pk=step_pk)
     request = step.pending_action
     if not request:
         return "nothing pending"
     saga, by = step.saga, request.get("by")
     failed = (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT)
+    if request["action"] == "retry" and step.state in failed:
+        waits = _retry_gate(saga, step, request)
+        if waits:
+            return waits
+    try:
+        return _step_action_attached(saga, step, request, by, failed)
+    finally:
+        _task_ended(saga)
+
+
+def _retry_gate(saga: Saga, step: Step, request: dict[str, Any]) -> str:
+    """'' when the retry may run now; else why not, with the request waiting or ended.
+
+    The retry runs as the operator who asked for it (their name is on the attempt); the
+    approvers are on the approval and its audit entries. No failed attempt is recorded
+    for a retry that could not run: the step stays as it was, waiting for the approver
+    (the saga's ``waiting_for`` is APPROVAL), or, once an approver rejected it, for an
+    operator's resolve or leave.
+    """
+    why = approvals.approval_reason(saga.project, step)
+    if why is None:
+        return ""
+    approval = approvals.approval_open(saga, step, why)
+    if approval.status == Approval.Status.APPROVED:
+        return ""
+    if approval.status == Approval.Status.PENDING:
+        waiting = {**request, "approval": approval.pk, "why": why}
+        with transaction.atomic():
+            if request != waiting and Step.objects.filter(
+                pk=step.pk, pending_action=request
+            ).update(pending_action=waiting):
+                audit.record(
+                    user=None, actor="worker", action="step.retry_waits", saga=saga,
+                    step=step, reason=f"the retry waits for approval #{approval.pk}: {why}",
+                    from_state=step.state, to_state=step.state,
+                    data={"approval": approval.pk, "requested_by": request.get("by")},
+                )  # fmt: skip
+            rollback_outcomes.refresh(Saga.objects.select_for_update().get(pk=saga.pk))
+        return "waiting for approval"
+    said = approval.decided_reason or approval.status.lower()
+    with transaction.atomic():
+        if Step.objects.filter(pk=step.pk, pending_action=request).update(pending_action=None):
+            audit.record(
+                user=None, actor="worker", action="step.retry_rejected", saga=saga, step=step,
+                reason=f"the approver rejected the retry: {said}", from_state=step.state,
+                to_state=step.state, data={"approval": approval.pk},
+            )  # fmt: skip
+        rollback_outcomes.refresh(Saga.objects.select_for_update().get(pk=saga.pk))
+    batch_outcomes.requests_settle(step_pks=[step.pk], carried_out=True)
+    return "rejected"
+
+
+def _step_action_attached(
+    saga: Saga, step: Step, request: dict[str, Any], by: str | None, failed: tuple[str, ...]
+) -> str:
     with attached(saga) as engine:  # Busy (another worker holds it): the request stays
         try:
             state = engine.step(step.step_id).state
@@ -308,6 +394,9 @@ def step_action_run(step_pk: int) -> str:
             return str(engine.step(step.step_id).state)
         finally:
             Step.objects.filter(pk=step.pk).update(pending_action=None)
+            # Still under the saga's lease: the step is what this request did (a batch
+            # job's item for it gets that outcome now, before another request can run).
+            batch_outcomes.requests_settle(step_pks=[step.pk], carried_out=True)
 
 
 def orphaned_work(*, stale_seconds: float = 30.0) -> list[tuple[str, int]]:
@@ -364,6 +453,7 @@ def orphaned_work(*, stale_seconds: float = 30.0) -> list[tuple[str, int]]:
             saga__driver=Saga.Driver.SERVER,
         )
         .exclude(saga_id__in=dead)
+        .exclude(approvals__status=Approval.Status.PENDING)  # a retry waits for its approver
         .values_list("pk", "pending_action", "saga__lease_owner", "saga__lease_expires_at")[:100]
     )
     early, late = cutoff.isoformat(), now.isoformat()

@@ -13,6 +13,11 @@ eyes, audit with ``via=slack``). Slack buttons carry no reason, so the reason re
 the decision came from Slack and who clicked. The outcome goes back through the interaction's
 ``response_url`` (the outbox sends it): the message is updated for everyone when the approval
 is settled (or a vote counted), and only the clicker is told when the click was refused.
+
+A signed payload that is not such a click (another type, a ``user`` or an ``actions`` item
+of another shape, a ``value`` that is not an approval id) is refused with a 400 before
+anything is looked up (``click_of``); what sagaboard only passes on (the clicker's handle,
+the ``response_url``) is used only when it is text it can store.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -31,6 +37,8 @@ from django.utils import timezone
 
 from sagaboard.domain import approvals, notifications
 from sagaboard.errors import ServiceError
+from sagaboard.infra import json_body, text_policy
+from sagaboard.infra.limits import BIGINT
 from sagaboard.models import Approval, SlackIdentity, SlackRequest
 
 WINDOW_SECONDS = 300
@@ -54,9 +62,14 @@ def request_verify(
     """Take the request only if Slack signed it just now, and never the same one twice."""
     secret = settings.SAGABOARD_SLACK_SIGNING_SECRET
     now = time.time() if now is None else now
-    if not timestamp.isdigit() or abs(now - int(timestamp)) > WINDOW_SECONDS:
+    # ASCII digits only, and few: "²" is a digit to isdigit() but not to int(), and int()
+    # refuses (or takes long over) thousands of digits.
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 20) or (
+        abs(now - int(timestamp)) > WINDOW_SECONDS
+    ):
         raise SlackRefused(401, "stale", "the request timestamp is missing or not within 5 minutes")
-    if not hmac.compare_digest(signature_of(secret, timestamp, body), signature):
+    expected = signature_of(secret, timestamp, body).encode()
+    if not hmac.compare_digest(expected, signature.encode("utf-8", "surrogatepass")):
         raise SlackRefused(401, "bad_signature", "the Slack signature does not match")
     seen = timezone.now()
     SlackRequest.objects.filter(seen_at__lt=seen - timedelta(seconds=2 * WINDOW_SECONDS)).delete()
@@ -75,22 +88,80 @@ class Answer:
     text: str
 
 
-def _action(payload: dict[str, Any]) -> tuple[str, int]:
-    actions = payload.get("actions") if payload.get("type") == "block_actions" else None
-    first = actions[0] if isinstance(actions, list) and actions else {}
-    decision = ACTIONS.get(str(first.get("action_id", "")))
-    value = str(first.get("value", ""))
-    if decision is None or not value.isdigit():
-        raise SlackRefused(400, "validation_error", "not a sagaboard Approve/Reject button")
-    return decision, int(value)
+_SLACK_ID = re.compile(r"[A-Za-z0-9]{1,64}", re.ASCII)
+"""A Slack user id as Slack writes them (``U012ABCDEF``), within ``SlackIdentity``'s column."""
+_APPROVAL_PK = re.compile(r"[1-9][0-9]{0,18}", re.ASCII)
+"""An approval's id as the button carries it (``str(approval.pk)``): at most 19 digits."""
+_URL = re.compile(r"[!-~]{1,2000}", re.ASCII)
+"""A ``response_url`` sagaboard may post to: printable ASCII, no space (then the prefix)."""
+_MAX_HANDLE = 100
+
+
+@dataclass(frozen=True)
+class Click:
+    """The parts of a ``block_actions`` interaction sagaboard reads, checked for shape.
+
+    Slack signs what it sends, but a signature says who sent it, not that it is a click of
+    sagaboard's buttons: anything else (another type, a ``user`` that is not an object, an
+    ``actions`` item that is not one, a ``value`` that is not an approval id) is refused
+    (400) before anything is looked up. The fields sagaboard only passes on are used only
+    when they are text it can store (``handle``, ``response_url``), else left out.
+    """
+
+    decision: str
+    approval_pk: int
+    slack_id: str
+    handle: str
+    response_url: str
+
+
+def _refuse(what: str) -> NoReturn:
+    raise SlackRefused(400, "validation_error", f"not a sagaboard Approve/Reject button: {what}")
+
+
+def _text(value: Any, longest: int) -> str | None:
+    """``value`` when it is text sagaboard can store and echo: not too long, printable, no
+    lone surrogate."""
+    if type(value) is not str or not 0 < len(value) <= longest:
+        return None
+    return value if text_policy.text_problem(value) is None and value.isprintable() else None
+
+
+def click_of(payload: dict[str, Any]) -> Click:
+    """The click in ``payload``, or ``SlackRefused`` (400) when it is not one of sagaboard's."""
+    if payload.get("type") != "block_actions":
+        _refuse("the payload's type is not block_actions")
+    actions = payload.get("actions")
+    if type(actions) is not list or not actions or type(actions[0]) is not dict:
+        _refuse("actions is not a list of button actions")
+    first = actions[0]
+    action_id, value = first.get("action_id"), first.get("value")
+    decision = ACTIONS.get(action_id) if type(action_id) is str else None
+    if decision is None:
+        _refuse("the action is not sagaboard's Approve or Reject")
+    if type(value) is not str or not _APPROVAL_PK.fullmatch(value) or int(value) > BIGINT:
+        _refuse("the button's value is not an approval id")
+    user = payload.get("user")
+    slack_id = user.get("id") if type(user) is dict else None
+    if type(slack_id) is not str or not _SLACK_ID.fullmatch(slack_id):
+        _refuse("user is not a Slack user with an id")
+    handle = _text(user.get("username"), _MAX_HANDLE) or _text(user.get("name"), _MAX_HANDLE)
+    url = payload.get("response_url")
+    url = url if type(url) is str and _URL.fullmatch(url) else ""
+    return Click(decision, int(value), slack_id, handle or slack_id, url)
 
 
 def payload_parse(raw: str) -> dict[str, Any]:
     """The form field ``payload``: JSON of a ``block_actions`` interaction."""
     try:
         payload = json.loads(raw)
-    except ValueError as err:
+    except json.JSONDecodeError as err:
         raise SlackRefused(400, "validation_error", "payload is not JSON") from err
+    except ValueError as err:  # Python converts at most sys.get_int_max_str_digits() digits
+        why = f"payload holds an integer too large (more than {json_body.max_int_digits()} digits)"
+        raise SlackRefused(400, "validation_error", why) from err
+    except RecursionError as err:
+        raise SlackRefused(400, "validation_error", "payload nests too deep") from err
     if not isinstance(payload, dict):
         raise SlackRefused(400, "validation_error", "payload is not a JSON object")
     return payload
@@ -98,9 +169,8 @@ def payload_parse(raw: str) -> dict[str, Any]:
 
 def interaction_handle(payload: dict[str, Any]) -> Answer:
     """Decide as the linked person, and send the outcome back to Slack."""
-    decision, approval_pk = _action(payload)
-    slack_user = payload.get("user") or {}
-    slack_id = str(slack_user.get("id", ""))
+    click = click_of(payload)
+    slack_id = click.slack_id
     identity = SlackIdentity.objects.select_related("user").filter(slack_user_id=slack_id).first()
     if identity is None or not identity.user.is_active:
         answer = Answer(
@@ -109,17 +179,22 @@ def interaction_handle(payload: dict[str, Any]) -> Answer:
             f"run `manage.py sagaboard_slack_link {slack_id} <username>`.",
         )
     else:
-        answer = _decide(identity.user, decision, approval_pk, slack_user)
-    _respond(payload, approval_pk, answer)
+        answer = _decide(identity.user, click)
+    _respond(click, answer)
     return answer
 
 
-def _decide(user: Any, decision: str, approval_pk: int, slack_user: dict[str, Any]) -> Answer:
-    handle = slack_user.get("username") or slack_user.get("name") or slack_user.get("id")
-    reason = f"{decision}d from Slack by @{handle}"
+def _decide(user: Any, click: Click) -> Answer:
+    decision = click.decision
+    done = "approved" if decision == "approve" else "rejected"
+    reason = f"{done} from Slack by @{click.handle}"
     try:
         outcome = approvals.approval_decide(
-            approval_id=approval_pk, user=user, decision=decision, reason=reason, via="slack"
+            approval_id=click.approval_pk,
+            user=user,
+            decision=decision,
+            reason=reason,
+            via="slack",
         )
     except approvals.DecisionRefused as refused:
         return Answer(False, f"Not decided: {refused.message}")
@@ -129,19 +204,17 @@ def _decide(user: Any, decision: str, approval_pk: int, slack_user: dict[str, An
     if outcome.decided:
         mark = ":white_check_mark:" if a.status == Approval.Status.APPROVED else ":x:"
         return Answer(True, f"{mark} {a.status.capitalize()} by {who} (from Slack): {what}.")
-    votes = a.votes.count()
-    return Answer(
-        True,
-        f"{who} approved the {what}: {votes} of {a.required} approvals, a second, different "
-        "person must approve.",
-    )
+    progress = f"{outcome.progress} (someone other than {who})"
+    return Answer(True, f"{who} approved the {what}: {progress}.")
 
 
-def _respond(payload: dict[str, Any], approval_pk: int, answer: Answer) -> None:
-    url = str(payload.get("response_url", ""))
+def _respond(click: Click, answer: Answer) -> None:
+    url, approval_pk = click.response_url, click.approval_pk
+    if not url or not url.startswith(settings.SAGABOARD_SLACK_RESPONSE_URL_PREFIX):
+        return  # never post anywhere but Slack
     approval = Approval.objects.filter(pk=approval_pk).select_related("project").first()
-    if not url.startswith(settings.SAGABOARD_SLACK_RESPONSE_URL_PREFIX) or approval is None:
-        return  # never post anywhere but Slack (and only about an approval that exists)
+    if approval is None:
+        return  # only about an approval that exists
     if answer.ok:
         body: dict[str, Any] = {
             "replace_original": True,

@@ -36,15 +36,18 @@ import subprocess
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
+from django.utils import timezone
 
 from sagaboard.models import Saga, Step
-from undo_core import UndoContext
+from undo_core import UndoContext, local_owner_dead
 
 Handler = Callable[..., Any]
 _HANDLERS: dict[str, Handler] = {}
@@ -164,6 +167,118 @@ def undo_check(driver: str, undo: Mapping[str, Any] | None) -> UndoCheck:
     return UndoCheck(False, f"no undo of kind {kind!r} exists", "undo.kind")
 
 
+SAGABOARD_KINDS = frozenset({"handler", "webhook", "command"})
+"""The undo kinds sagaboard's workers run themselves."""
+
+
+class UndoRunner(StrEnum):
+    """Who runs a step's undo: the one vocabulary of the plan, the worker and every action."""
+
+    NOTHING = "nothing"
+    """The step has no undo (``has_undo`` false): skipped during rollback, as agent-undo does."""
+    SAGABOARD = "sagaboard"
+    """A handler, webhook or command: a worker runs it (when ``undo_check`` allows)."""
+    AGENT = "agent"
+    """The undo lives in the agent's process (kind ``client``, or a stored ``none`` whose step
+    has an undo: read the safe way). A worker never attempts it."""
+
+
+def undo_runner(has_undo: bool, undo: Mapping[str, Any] | None) -> UndoRunner:
+    """Which of the three cases a step is, from its record alone.
+
+    Records stored before the three were told apart hold ``{}`` (read as ``none``) for an
+    undo that ran in the engine's process: a step that has an undo but names no kind that
+    sagaboard runs is the agent's, never "nothing to undo" and never done.
+    """
+    if not has_undo:
+        return UndoRunner.NOTHING
+    if (undo or {}).get("kind") in SAGABOARD_KINDS:
+        return UndoRunner.SAGABOARD
+    return UndoRunner.AGENT
+
+
+def agent_holds(saga: Saga, now: datetime) -> bool:
+    """The agent (not a worker) holds the saga's lease now, and is not known to be dead."""
+    owner = saga.lease_owner
+    if not owner or owner.endswith(":worker") or saga.lease_expires_at is None:
+        return False
+    return saga.lease_expires_at > now and not local_owner_dead(owner)
+
+
+AGENT_GONE = (
+    "not run: the undo of {tool!r} lives in the agent's process, and no agent holds this "
+    "saga now, so nothing here can run it. Undo it by hand and force-resolve the step, "
+    "or leave it failed"
+)
+"""The reason a worker records, in words, for an agent's undo it cannot reach."""
+
+
+@dataclass(frozen=True, slots=True)
+class UndoRoute:
+    """Who runs a step's undo and what a rollback then does: derived once (``undo_route``)
+    and read by the compensation plan, the worker, stop, retry, force-resolve, leave,
+    batch jobs, the API, the MCP tools and the dashboard, so none can promise what
+    another does not do."""
+
+    runner: UndoRunner
+    check: UndoCheck
+    """Whether it can run by the way ``runner`` says (a worker's check, or the agent's hold)."""
+    agent_here: bool = False
+    """``runner`` is the agent and an agent can run it now (it holds the saga, or runs it)."""
+
+    @property
+    def waits_for_operator(self) -> bool:
+        """Nothing can run it: an operator decides (force-resolve or leave), never a retry."""
+        return not self.check
+
+    def words(self, tool: str) -> str:
+        """What the plan says of it, before anyone acts."""
+        if self.runner is UndoRunner.NOTHING:
+            return "nothing to undo: no undo declared, the side effect stays"
+        if self.runner is UndoRunner.AGENT:
+            if self.agent_here:
+                return "runs in the agent: its own process undoes it"
+            return "waits for an operator: " + AGENT_GONE.format(tool=tool).removeprefix(
+                "not run: "
+            )
+        return f"cannot run here: {self.check.why}" if not self.check else "runs in sagaboard"
+
+
+def undo_route(saga: Saga, step: Step, now: datetime | None = None) -> UndoRoute:
+    """The one answer to "who runs this undo, and what happens then" for ``step`` of ``saga``.
+
+    An agent-run saga (``driver = client``) rolls back in its agent: every undo it has is
+    the agent's. A saga sagaboard runs has the agent's undos only when the engine that ran
+    it stored them so; while that process still holds the saga, a stop reaches it there;
+    once it is gone, the step waits for an operator.
+    """
+    runner = undo_runner(step.has_undo, step.undo)
+    if runner is UndoRunner.NOTHING:
+        return UndoRoute(runner, _OK)
+    if runner is UndoRunner.SAGABOARD:
+        return UndoRoute(runner, undo_check(saga.driver, step.undo))
+    if saga.driver == Saga.Driver.CLIENT:
+        return UndoRoute(runner, _OK, agent_here=True)
+    here = agent_holds(saga, now or timezone.now())
+    if here:
+        return UndoRoute(runner, _OK, agent_here=True)
+    why = AGENT_GONE.format(tool=step.tool_name).removeprefix("not run: ")
+    return UndoRoute(runner, UndoCheck(False, why, "undo.kind"))
+
+
+def retry_refused(saga: Saga, step: Step, now: datetime | None = None) -> str:
+    """Why a retry of this failed undo is not offered ('' when it is): nothing here can run
+    it, so it could only fail again (what ``operator_actions.step_act`` refuses a retry by;
+    the pages ask ``operator_actions.retry_refused``, which adds an approver's rejection)."""
+    if not step.needs_operator:
+        return ""
+    if step.retry_waits_for_approval:  # resolve and leave are offered beside this
+        by = (step.pending_action or {}).get("by", "an operator")
+        return f"a retry asked by {by} waits for approval ({step.retry_waits_for_approval})"
+    route = undo_route(saga, step, now)
+    return route.check.why if route.waits_for_operator else ""
+
+
 def webhook_body(saga: Saga, step: Step) -> dict[str, Any]:
     return {
         "saga_id": saga.saga_id,
@@ -267,7 +382,7 @@ def run(saga: Saga, step: Step, ctx: UndoContext, *, approved_hash: str | None =
         return _post_webhook(plan["url"], plan["body"], ctx)
     if kind == "command":
         return _run_command(plan)
-    raise UndoKindError(f"a {kind!r} undo does not run in sagaboard")
+    raise UndoKindError(AGENT_GONE.format(tool=step.tool_name))
 
 
 def _post_webhook(url: str, body: dict[str, Any], ctx: UndoContext) -> str:

@@ -2,7 +2,7 @@
 
 Reads, scoped like every read (only the caller's projects), that also say what each
 item would do: whether its undo can run here and what a rollback's plan holds. Those
-answers are rules (``undo_kinds.undo_check``, the approval policies), so the queues
+answers are rules (``undo_kinds.undo_route``, the approval policies), so the queues
 live with the rules rather than among the plain selectors.
 """
 
@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from django.db.models import Prefetch, QuerySet
+from django.utils import timezone
 
-from sagaboard.domain.approvals import approval_reason, policies_enabled
-from sagaboard.domain.undo_kinds import plan_for, undo_check
+from sagaboard.domain.approvals import approval_reason, approvals_current, policies_enabled
+from sagaboard.domain.operator_actions import retry_refused
+from sagaboard.domain.undo_kinds import UndoRunner, plan_for, undo_route
 from sagaboard.models import Approval, ApprovalVote, CompensationAttempt, Project, Saga, Step
 from sagaboard.selectors import rollback_outcomes
 from undo_core import StepState
@@ -72,8 +74,9 @@ def _attach_failed_steps(approvals: list[Approval]) -> None:
     """Each approval's saga gets ``failed`` (the forward step whose failure began the rollback),
     and each approval ``cannot_run``: why its undo cannot run here ('' when it can), the
     runner's own check, shown before anyone approves."""
+    now = timezone.now()
     for a in approvals:
-        check = undo_check(a.saga.driver, a.step.undo)
+        check = undo_route(a.saga, a.step, now).check
         a.cannot_run = "" if check else check.why  # type: ignore[attr-defined]
     sagas = {a.saga_id: a.saga for a in approvals}
     failed = {
@@ -108,6 +111,17 @@ class FailureGroup:
         """The group offers "retry all" and "resolve all": it holds more than one failure."""
         return self.size > 1
 
+    @property
+    def retry_refused(self) -> str:
+        """Why "retry all" is not offered ('' when it is): a retry of some of them could only
+        be refused (each step's ``retry_refused``, set by ``failures_open``)."""
+        refused = [why for s in self.steps if (why := getattr(s, "retry_refused", ""))]
+        if not refused:
+            return ""
+        if len(refused) == self.size:
+            return refused[0]
+        return f"{len(refused)} of {self.size} cannot be retried here ({refused[0]})"
+
 
 def failures_open(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) -> list[FailureGroup]:
     """Failed or in-doubt undos nobody has settled or left, grouped by error signature.
@@ -123,7 +137,11 @@ def failures_open(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) -> l
         .order_by("changed_at", "pk")[:limit]
     )
     groups: dict[str, FailureGroup] = {}
+    now = timezone.now()
+    current = approvals_current(s.pk for s in steps)
     for step in steps:
+        refused = retry_refused(step.saga, step, current.get(step.pk), now)
+        step.retry_refused = refused  # type: ignore[attr-defined]
         key = _signature(step)
         group = groups.setdefault(key, FailureGroup(key, step.tool_name, step.error or ""))
         group.steps.append(step)
@@ -133,36 +151,40 @@ def failures_open(projects: Sequence[Project], *, limit: int = QUEUE_LIMIT) -> l
 def compensation_plan(saga: Saga) -> list[dict[str, object]]:
     """The undos a rollback of ``saga`` runs, newest step first, and what each waits for.
 
-    Whether an undo can run here is the runner's own check (``undo_kinds.undo_check``):
-    an undo the runner would refuse reads "cannot run here: <why>" before anyone
-    approves it, never "will run unattended".
+    Who runs each undo is ``undo_kinds.undo_route``, the answer the worker and every
+    operator action go by: an undo nothing here can run reads "cannot run here: <why>"
+    or "waits for an operator: <why>" before anyone acts, never "will run unattended".
     """
     policies = policies_enabled(saga.project)  # once, not once per step
     plan = []
-    pending = {a.step_id: a for a in saga.approvals.filter(status=Approval.Status.PENDING)}
+    current: dict[int, Approval] = {}  # each step's latest approval that is not void
+    for a in saga.approvals.exclude(status=Approval.Status.VOID).order_by("pk"):
+        current[a.step_id] = a
+    pending = {pk: a for pk, a in current.items() if a.status == Approval.Status.PENDING}
+    now = timezone.now()
     for step in sorted(saga.steps.all(), key=lambda s: -s.position):
-        check = undo_check(saga.driver, step.undo) if step.state in _AHEAD else None
+        route = undo_route(saga, step, now) if step.state in _AHEAD else None
         if step.state in (StepState.PENDING, StepState.FAILED):
             what = "nothing to undo: it did not run"
         elif not step.has_undo:
-            what = "nothing to undo: no undo declared, the side effect stays"
+            what = route.words(step.tool_name) if route else "nothing to undo"
         elif step.state in (StepState.ROLLED_BACK, StepState.RESOLVED, StepState.REJECTED):
             what = f"done: {step.state}"
         elif step.left_at is not None:
             what = f"{LEFT_FAILED} by {step.left_by}: the side effect stays ({step.left_reason})"
-        elif check is not None and not check:
-            what = f"cannot run here: {check.why}"
+        elif route is not None and not route.check:
+            what = route.words(step.tool_name)
             if step.pk in pending:
                 what += f"; it still waits for approval ({pending[step.pk].why})"
         elif step.state in (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT):
-            what = f"{step.state.lower().replace('_', ' ')}: waits for an operator " + (
-                "(retry, resolve or leave)"
-            )
+            what = _failed_words(step, current.get(step.pk))
         elif step.pk in pending:
             what = f"waits for approval ({pending[step.pk].why})"
         else:
             why = approval_reason(saga.project, step, policies)
             what = f"will need approval: {why}" if why else "will run unattended"
+            if route is not None and route.runner is UndoRunner.AGENT:
+                what = route.words(step.tool_name) + (f"; {what}" if why else "")
         # A command is shown as it will run: the approver reads it here and in the queue.
         runs = plan_for(saga, step) if (step.undo or {}).get("kind") == "command" else None
         plan.append(
@@ -170,10 +192,28 @@ def compensation_plan(saga: Saga) -> list[dict[str, object]]:
                 "step": step,
                 "what": what,
                 "runs": runs,
-                "cannot_run": check is not None and not check,
+                "runner": route.runner if route else None,
+                "cannot_run": route is not None and not route.check,
             }
         )
     return plan
+
+
+def _failed_words(step: Step, approval: Approval | None) -> str:
+    """A failed (or in-doubt) undo's line: what it waits for, with its retry's approval."""
+    state = step.state.lower().replace("_", " ")
+    if approval is not None and approval.status == Approval.Status.PENDING:
+        return f"{state}: a retry waits for approval ({approval.why}); once approved, it runs"
+    if approval is not None and approval.status in (
+        Approval.Status.REJECTED,
+        Approval.Status.EXPIRED,
+    ):
+        said = approval.decided_reason or approval.status.lower()
+        return (
+            f"{state}: the approver rejected its retry ({said}); "
+            "waits for an operator (resolve or leave)"
+        )
+    return f"{state}: waits for an operator (retry, resolve or leave)"
 
 
 LEFT_FAILED = "left failed"

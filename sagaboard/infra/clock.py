@@ -23,8 +23,6 @@ from django.utils.timesince import timesince
 
 __all__ = ["ClockSkew", "clock_skew", "skew_allowed"]
 
-_SHOWN = "%Y-%m-%d %H:%M:%S UTC"
-
 
 def skew_allowed() -> timedelta:
     """How far an agent's time may be from the server's before pages warn (the setting)."""
@@ -93,4 +91,5 @@ def clock_skew(
 
 
 def _utc(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime(_SHOWN)
+    utc = moment.astimezone(UTC)  # the year in four digits: %Y gives "1" on glibc
+    return f"{utc.year:04d}-{utc:%m-%d %H:%M:%S} UTC"

@@ -11,7 +11,8 @@ and the limit, before anything is stored:
   ``SAGABOARD_MAX_VALUE_SIZE`` characters as compact JSON; long texts (errors,
   tracebacks, notes) at most ``SAGABOARD_MAX_VALUE_SIZE`` characters: 422;
 - steps in one saga: ``SAGABOARD_MAX_STEPS``, 422 ``limit_exceeded``;
-- events in one batch: ``SAGABOARD_API_MAX_BATCH``, 422;
+- events in one batch: ``SAGABOARD_API_MAX_BATCH``, 422, counted before any event is read
+  (``batch_problem``), so a refused batch costs no more than the body's parse;
 - names and ids: fixed by their columns (``schemas.Name``, ``schemas.identifier``), and
   what they may hold by the text policy (``sagaboard.infra.text_policy``), 422;
 - integers: their columns' ranges (``schemas.INT``, ``schemas.BIGINT``), 422.
@@ -50,6 +51,18 @@ def max_value_size() -> int:
 
 def max_steps() -> int:
     return int(settings.SAGABOARD_MAX_STEPS)
+
+
+def max_batch() -> int:
+    return int(settings.SAGABOARD_API_MAX_BATCH)
+
+
+def batch_problem(count: int) -> str | None:
+    """What is wrong with a batch of ``count`` events (too many), or None."""
+    limit = max_batch()
+    if count <= limit:
+        return None
+    return f"at most {limit} events per batch (SAGABOARD_API_MAX_BATCH), not {count}"
 
 
 class JsonParser(Parser):

@@ -200,7 +200,7 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
     async def live_state(self, degraded: bool) -> None:
         """The relay of this process failed (or is back): say so in the page's header."""
         if not self.revoked:
-            await self.send(text_data=fragments.live_state(degraded))
+            await self._send_or_gone(fragments.live_state(degraded))
 
     async def saga_tail(self, message: dict[str, Any]) -> None:
         """The relay's newest id for a project: past ours means its last messages were lost."""
@@ -253,11 +253,23 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
                     htmls = await shared.get_many(self.view, batch)
                 for html in htmls:
                     if html and not self.revoked:  # revoked while rendering: dropped
-                        await self.send(text_data=html)
+                        await self._send_or_gone(html)
         except Exception:  # as an error in a handler did: closed, the browser reconnects
             log.exception("could not render or send the live feed's fragments")
             self.revoked = True  # nothing more is sent on this socket
             await self.close(code=1011)
+
+    async def _send_or_gone(self, html: str) -> None:
+        """Send ``html``; a browser that went away (its tab closed or navigated elsewhere)
+        is no error: the server's send raises ``OSError`` then (uvicorn's and gunicorn's
+        ``ClientDisconnected``), and nothing more is sent on this socket."""
+        try:
+            await self.send(text_data=html)
+        except OSError as gone:
+            name = type(gone).__name__
+            log.debug("the live feed's browser went away (%s): nothing more is sent", name)
+            self.revoked = True
+            self.outbox = []
 
     async def _send_summary(self) -> None:
         """The overview's live part (for this user's projects, as of the newest event
@@ -268,7 +280,7 @@ class SagaFeedConsumer(AsyncWebsocketConsumer):
         else:
             html = BADGES_PING
         if not self.revoked:
-            await self.send(text_data=html)
+            await self._send_or_gone(html)
 
 
 class _Soon:
@@ -389,10 +401,12 @@ def _render_rows(items: list[tuple[int, int]]) -> dict[tuple[int, int], Any]:
 
 
 @database_sync_to_async
-def _render_row(saga_pk: int, log_id: int) -> tuple[Saga, frozenset[str], str]:
+def _render_row(saga_pk: int, log_id: int) -> tuple[Saga, frozenset[str], frozenset[str], str]:
     saga = visible.saga_row(saga_pk)  # with what the list's row shows (step count, ...)
-    tools = frozenset(saga.steps.values_list("tool_name", flat=True))
-    return saga, tools, fragments.saga_row(saga, log_id)
+    steps = list(saga.steps.values_list("tool_name", "error"))
+    tools = frozenset(tool for tool, _ in steps)
+    errors = frozenset(error for _, error in steps if error)
+    return saga, tools, errors, fragments.saga_row(saga, log_id)
 
 
 # Events that change what the needs-attention page lists.
@@ -494,14 +508,16 @@ class _Fragments:
             return html
         if not view.listing:
             return ""
-        saga, tools, row = await self._once(
+        saga, tools, errors, row = await self._once(
             ("row", saga_pk, log_id), lambda: _render_row(saga_pk, log_id)
         )
-        return self._on_list(view, saga, tools, row)
+        return self._on_list(view, saga, tools, errors, row)
 
     @staticmethod
-    def _on_list(view: _View, saga: Saga, tools: frozenset[str], row: str) -> str:
-        if visible.saga_matches(saga, tools, **view.filters):
+    def _on_list(
+        view: _View, saga: Saga, tools: frozenset[str], errors: frozenset[str], row: str
+    ) -> str:
+        if visible.saga_matches(saga, tools, errors=errors, **view.filters):
             return row
         # No longer on this filtered list (it left the status shown): take the row away.
         return fragments.saga_row_gone(saga.pk)

@@ -6,6 +6,10 @@ rows at that moment, so the job acts on exactly the count the confirm page showe
 worker then processes the items in order, recording each one's outcome; an item with an
 outcome is never processed again, which makes a job resumable after its worker died.
 The lease (``lease_owner``, ``lease_expires_at``) says which worker holds the job now.
+
+Making a request is not knowing its outcome: an item whose retry, resolve or approval was
+accepted stays ``requested`` (still running) until the undo it started has ended, and the
+job stays ``finishing`` until the last of them has (``sagaboard.domain.batch_outcomes``).
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ class BatchJob(models.Model):
         QUEUED = "queued"
         RUNNING = "running"
         CANCELLING = "cancelling"
+        FINISHING = "finishing"
+        """Every request made (or the job cancelled): waiting for the undos they started."""
         CANCELLED = "cancelled"
         FINISHED = "finished"
+        """Every item's outcome is known (a cancelled job: every outcome of what it did)."""
 
     class Action(models.TextChoices):
         RETRY = "retry"
@@ -46,8 +53,9 @@ class BatchJob(models.Model):
     """The projects its items belong to (who may see the job)."""
     total = models.PositiveIntegerField(default=0)
     done = models.PositiveIntegerField(default=0)
+    """Items acted on: requests made (their outcomes may not be known yet)."""
     counts = JSONTextField(default=dict)
-    """Items per outcome so far (``{"succeeded": 3, "refused": 1}``)."""
+    """Items per outcome so far (``{"succeeded": 3, "refused": 1, "requested": 2}``)."""
     state = models.CharField(max_length=20, choices=State.choices, default=State.QUEUED)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -67,11 +75,28 @@ class BatchJob(models.Model):
 
     @property
     def ended(self) -> bool:
+        """Nothing more will change: every outcome of what it did is known."""
         return self.state in (self.State.CANCELLED, self.State.FINISHED)
 
     @property
+    def making_requests(self) -> bool:
+        """Queued or running through its items (what Cancel can still stop)."""
+        return self.state in (self.State.QUEUED, self.State.RUNNING, self.State.CANCELLING)
+
+    @property
+    def running(self) -> int:
+        """Items whose request was made and whose undo has not ended yet."""
+        return int(self.counts.get("requested", 0))
+
+    @property
+    def known(self) -> int:
+        """Items whose outcome is known."""
+        return self.done - self.running
+
+    @property
     def percent(self) -> int:
-        return 100 if not self.total else int(100 * self.done / self.total)
+        """Of the items, how many have a known outcome (not merely a request made)."""
+        return 100 if not self.total else int(100 * self.known / self.total)
 
 
 class BatchItem(models.Model):
@@ -90,7 +115,8 @@ class BatchItem(models.Model):
     label = models.CharField(max_length=500)
     """The target named for people: tool (step id) in saga name [saga id]."""
     outcome = models.CharField(max_length=20, blank=True, default="")
-    """'' until processed; then a key of ``action_reports.RESULTS``."""
+    """'' until processed; then a key of ``action_reports.RESULTS``: ``requested`` until the
+    undo its request started has ended, then what that undo came to."""
     message = models.TextField(blank=True, default="")
     done_at = models.DateTimeField(null=True, blank=True)
 
@@ -98,7 +124,14 @@ class BatchItem(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job", "position"], name="batch_item_position")
         ]
-        indexes = [models.Index(fields=["job", "outcome", "position"], name="batch_item_outcome")]
+        indexes = [
+            models.Index(fields=["job", "outcome", "position"], name="batch_item_outcome"),
+            # The items still running on a step, found when its request is carried out.
+            models.Index(
+                fields=["target_pk"], condition=models.Q(outcome="requested"),
+                name="batch_item_requested",
+            ),
+        ]  # fmt: skip
 
     def __str__(self) -> str:
         return f"{self.kind} {self.target_pk}: {self.outcome or 'pending'}"

@@ -279,8 +279,19 @@ class Step(models.Model):
     @property
     def needs_operator(self) -> bool:
         """An operator's retry, resolve or leave is due: its undo failed or is in doubt, and
-        nobody left it failed or asked for a retry or resolve not yet carried out."""
-        return self.state in OPERATOR_STATES and self.left_at is None and not self.pending_action
+        nobody left it failed or asked for a retry or resolve not yet carried out (a retry
+        that waits for its approval still lets an operator resolve or leave the step)."""
+        if self.state not in OPERATOR_STATES or self.left_at is not None:
+            return False
+        return not self.pending_action or bool(self.retry_waits_for_approval)
+
+    @property
+    def retry_waits_for_approval(self) -> str:
+        """Why the operator's pending retry waits for an approver ('' when it does not)."""
+        request = self.pending_action or {}
+        if request.get("action") != "retry" or not request.get("approval"):
+            return ""
+        return str(request.get("why") or "it needs approval")
 
     @property
     def acknowledged(self) -> bool:

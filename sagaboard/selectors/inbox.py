@@ -39,9 +39,14 @@ class Counts:
 def _approvals(user: Any) -> QuerySet[Approval]:
     if not user.has_perm("sagaboard.decide_approval"):
         return Approval.objects.none()
-    return Approval.objects.filter(
-        status=ApprovalStatus.PENDING, project__in=visible.projects_visible(user)
-    ).exclude(votes__user=user)
+    # Not those of sagas posted with a token the person made: four eyes refuses their vote.
+    return (
+        Approval.objects.filter(
+            status=ApprovalStatus.PENDING, project__in=visible.projects_visible(user)
+        )
+        .exclude(votes__user=user)
+        .exclude(saga__posted_by_token__created_by=user)
+    )
 
 
 def _failures(user: Any) -> QuerySet[Step]:

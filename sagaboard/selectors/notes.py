@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Prefetch
+from django.db.models import Count, Max, Prefetch
 
-from sagaboard.models import Note, NoteRevision, Saga
+from sagaboard.models import Event, Note, NoteRevision, Saga
 
 
 def notes_for_saga(saga: Saga) -> list[Note]:
@@ -27,3 +27,21 @@ def note_counts(saga: Saga) -> dict[str | None, int]:
         .order_by()
     )
     return {row["step__step_id"]: row["n"] for row in rows}
+
+
+COLLABORATION_EVENTS = ("note.add", "note.edit", "note.delete", "saga.assign")
+
+
+def collaboration_version(saga: Saga) -> int:
+    """The id of the saga's newest note or owner change (0: none yet).
+
+    The saga page's notes are per person (which ones one may edit), so they are not in
+    the shared live body: the body carries this number, and a page whose notes section
+    was read at another number reads it again (static/sagaboard/live.js).
+    """
+    newest = (
+        Event.objects.filter(saga=saga, kind__in=COLLABORATION_EVENTS)
+        .aggregate(top=Max("pk"))
+        .get("top")
+    )
+    return int(newest or 0)

@@ -11,12 +11,20 @@ manual-flow API), ingestion (events from agents, in bulk) and an operator's
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from django.db.models import Q
 
 from sagaboard.models import OPERATOR_STATES, Saga, Step
-from undo_core import RollbackAssessment, SagaStatus, StepFacts, StepState, assess_rollback
+from undo_core import (
+    RollbackAssessment,
+    SagaStatus,
+    StepFacts,
+    StepState,
+    WaitingFor,
+    assess_rollback,
+)
 
 ROLLING = frozenset({SagaStatus.COMPENSATING, SagaStatus.ROLLED_BACK, SagaStatus.ROLLBACK_FAILED})
 """Statuses whose outcome depends on the steps; any other has none (and costs no query)."""
@@ -84,9 +92,25 @@ def fields(found: RollbackAssessment) -> dict[str, Any]:
 
 
 def assess(saga: Saga) -> RollbackAssessment:
-    """The saga's rollback as undo_core reads it from the stored steps (one query)."""
+    """The saga's rollback as undo_core reads it from the stored steps (one query; two
+    while it waits for an operator).
+
+    A failed undo whose operator's retry waits for its approval makes the saga wait for
+    the approver (``WaitingFor.APPROVAL``), as a step awaiting approval does: undo_core
+    knows the step only as ROLLBACK_FAILED, the approval is sagaboard's.
+    """
     steps = stored_facts([saga.pk])[saga.pk].values() if saga.status in ROLLING else ()
-    return assess_rollback(SagaStatus(saga.status), steps)
+    found = assess_rollback(SagaStatus(saga.status), steps)
+    if found.waiting_for is WaitingFor.OPERATOR and retry_awaits_approval(saga.pk):
+        found = replace(found, waiting_for=WaitingFor.APPROVAL)
+    return found
+
+
+def retry_awaits_approval(saga_pk: int) -> bool:
+    """An operator's retry of one of the saga's failed undos waits for an approver."""
+    return Step.objects.filter(
+        waits_for_operator(), saga_id=saga_pk, approvals__status="PENDING"
+    ).exists()
 
 
 def refresh(saga: Saga) -> RollbackAssessment:

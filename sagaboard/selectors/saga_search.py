@@ -29,6 +29,7 @@ import functools
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -198,7 +199,8 @@ class SagaFilter:
         for name in TIME_FIELDS:
             at: datetime | None = getattr(self, name)
             if at is not None:
-                query[name] = at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+                utc = at.astimezone(UTC)  # the year in four digits: %Y gives "1" on glibc
+                query[name] = f"{utc.year:04d}-{utc:%m-%dT%H:%M:%S}"
         if not self.newest_first:
             query["sort"], query["order"] = self.sort, self.order
         return query
@@ -383,7 +385,7 @@ def apply(qs: QuerySet[Saga], search: SagaFilter, *, viewer: Any = None) -> Quer
     if search.waiting:
         qs = qs.filter(waiting_for__isnull=False)
     if search.q:
-        qs = qs.filter(_prefix(scope, search.q))
+        qs = qs.filter(_name_or_error(scope, search.q))
     if search.tool:
         # EXISTS, not IN: a tool is usually common, and SQLite then walks the sort's index
         # and probes (tool_name, saga) per saga, where IN would list every saga of the tool.
@@ -428,9 +430,10 @@ costs under a millisecond (one more query) and tells which end a search is at: u
 _SAGA = '"sagaboard_saga"'
 
 
-def _prefix(scope: QuerySet[Saga], q: str) -> Q | RawSQL:
+def _prefix(scope: QuerySet[Saga], q: str) -> list[int] | RawSQL:
     """A saga whose name starts with ``q`` (any case) or whose id does (exactly: ids are
-    case-sensitive, as the live feed compares them)."""
+    case-sensitive, as the live feed compares them): their ids when there are few, else
+    the test itself."""
     like = _like(q)[1:]  # "q%", its wildcards escaped
     if connection.vendor == "sqlite":
         # The name's LIKE is served by the NOCASE index saga_project_name_nocase (0014), the
@@ -443,8 +446,48 @@ def _prefix(scope: QuerySet[Saga], q: str) -> Q | RawSQL:
     found = RawSQL(test.format(p="", t=_SAGA), params, output_field=BooleanField())
     ids = list(scope.filter(found).order_by().values_list("pk", flat=True)[: PROBE + 1])
     if len(ids) <= PROBE:
-        return Q(pk__in=ids)
+        return ids
     return RawSQL(test.format(p="+", t=_SAGA), params, output_field=BooleanField())
+
+
+def _name_or_error(scope: QuerySet[Saga], q: str) -> Q:
+    """Plain words in the search box: a saga whose name or id starts with them (``_prefix``),
+    or one with a step whose error holds every word (``error:``'s search, ``_error_sql``),
+    so ``Stripe API timed out`` finds the saga it failed. Words all shorter than the trigram
+    (3 characters: ``s-``, ``ab``) search names and ids only: no index serves them in error
+    text, and a prefix that short is a name's or an id's.
+
+    Both sides go through their own index first, as a probe of up to ``PROBE`` matches: few
+    and few are one list of ids (the page reads them through the primary key and sorts
+    them); many on either side and the page walks the sort's index, testing each saga for
+    either (then matches are common, so a page is found soon)."""
+    name = _prefix(scope, q)
+    named = Q(pk__in=name) if isinstance(name, list) else Q(name)
+    if not any(len(w) >= _TRIGRAM for w in _words(q)):
+        return named
+    where, params = _error_sql(q)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT sagaboard_step.saga_id FROM sagaboard_step WHERE {' AND '.join(where)}"
+            " LIMIT %s",
+            [*params, PROBE + 1],
+        )
+        failed = {saga_pk for (saga_pk,) in cursor.fetchall()}
+    if len(failed) > PROBE:
+        return named | Q(_with_step(where, params))
+    if isinstance(name, list):
+        return Q(pk__in=sorted({*name, *failed}))
+    return named | Q(pk__in=sorted(failed))
+
+
+def error_words_match(q: str, errors: Iterable[str]) -> bool:
+    """What ``_name_or_error`` finds in error text, decided in Python (the live feed's
+    ``visible.saga_matches``): one of ``errors`` holds every word of ``q``, any case, when
+    one word at least is as long as a trigram."""
+    words = [w.lower() for w in _words(q)]
+    if not any(len(w) >= _TRIGRAM for w in words):
+        return False
+    return any(all(w in error.lower() for w in words) for error in errors)
 
 
 def _with_step(where: list[str], params: list[Any]) -> RawSQL:

@@ -157,16 +157,22 @@ def saga_row(saga_pk: int) -> Saga:
     return saga
 
 
-def saga_rows(saga_pks: Collection[int]) -> dict[int, tuple[Saga, frozenset[str]]]:
-    """Several sagas as ``saga_row`` reads them, with their steps' tool names: two queries
-    however many (a saga that is gone is left out)."""
+def saga_rows(
+    saga_pks: Collection[int],
+) -> dict[int, tuple[Saga, frozenset[str], frozenset[str]]]:
+    """Several sagas as ``saga_row`` reads them, with their steps' tool names and errors
+    (what ``saga_matches`` decides by): two queries however many (a saga that is gone is
+    left out)."""
     rows = saga_search.with_row_facts(Saga.objects.select_related("project"))
     sagas = list(rows.filter(pk__in=saga_pks))
     tools: dict[int, set[str]] = {s.pk: set() for s in sagas}
-    steps = Step.objects.filter(saga_id__in=tools).values_list("saga_id", "tool_name")
-    for saga_pk, tool in steps:
+    errors: dict[int, set[str]] = {s.pk: set() for s in sagas}
+    steps = Step.objects.filter(saga_id__in=tools).values_list("saga_id", "tool_name", "error")
+    for saga_pk, tool, error in steps:
         tools[saga_pk].add(tool)
-    return {s.pk: (s, frozenset(tools[s.pk])) for s in sagas}
+        if error:
+            errors[saga_pk].add(error)
+    return {s.pk: (s, frozenset(tools[s.pk]), frozenset(errors[s.pk])) for s in sagas}
 
 
 def event_list_for_saga(*, saga: Saga, after: int = 0, limit: int = 500) -> list[Event]:
@@ -182,6 +188,7 @@ def saga_matches(
     saga: Saga,
     tool_names: Collection[str],
     *,
+    errors: Collection[str] = (),
     status: str | None = None,
     tool: str | None = None,
     q: str | None = None,
@@ -189,7 +196,9 @@ def saga_matches(
     outcome: str | None = None,
     waiting: str | None = None,
 ) -> bool:
-    """Whether ``saga`` (whose steps use ``tool_names``) belongs on a list filtered this way.
+    """Whether ``saga`` (whose steps use ``tool_names`` and hold ``errors``) belongs on a
+    list filtered this way; ``q`` as the search box's plain words (``saga_search``): a name
+    or id prefix, or words all found in one step's error.
 
     Pure, so one rendered live row serves every browser's filters without a query each.
     """
@@ -201,7 +210,11 @@ def saga_matches(
         return False
     if project and saga.project.slug != project:
         return False
-    if q and not (saga.name.lower().startswith(q.lower()) or saga.saga_id.startswith(q)):
+    if q and not (
+        saga.name.lower().startswith(q.lower())
+        or saga.saga_id.startswith(q)
+        or saga_search.error_words_match(q, errors)
+    ):
         return False
     return not tool or tool in tool_names
 

@@ -2,7 +2,9 @@
 
 Thin views over ``sagaboard.domain.batches`` (which freezes the items, runs them through
 the single actions' services and checks every rule). The job page's progress polls its
-own fragment every second (htmx) and stops once the job has ended (HTTP 286).
+own fragment every second (htmx) and stops once the job has ended (HTTP 286): not when its
+requests are made, but when every undo they started has an outcome (each read settles the
+items whose undo has ended, ``batch_outcomes.job_current``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from sagaboard.domain import action_reports, batches
+from sagaboard.domain import action_reports, batch_outcomes, batches
 from sagaboard.errors import ServiceError
 from sagaboard.models import BatchItem, BatchJob
 
@@ -77,13 +79,14 @@ def batch_list(request: HttpRequest) -> HttpResponse:
 
 
 def _job_context(job: BatchJob) -> dict[str, object]:
-    labels = action_reports.RESULTS
-    return {
-        "job": job,
-        "verb": action_reports.VERBS[job.action],
-        "counts": [(key, labels[key], job.counts.get(key, 0)) for key in labels],
-        "pending": job.total - job.done,
-    }
+    labels = batch_outcomes.labels(job.action)
+    pending = job.total - job.done
+    keys = batch_outcomes.shown_outcomes(job.action)
+    counts = [(key, labels[key], job.counts.get(key, 0)) for key in keys]
+    if pending:
+        counts.append((batch_outcomes.NOT_STARTED, labels[batch_outcomes.NOT_STARTED], pending))
+    return {"job": job, "verb": action_reports.VERBS[job.action], "counts": counts,
+            "pending": pending}  # fmt: skip
 
 
 @login_required
@@ -95,19 +98,24 @@ def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
     except ServiceError as refused:
         return render(request, "sagaboard/batch_detail.html", {"error": refused.message},
                       status=refused.status)  # fmt: skip
+    job = batch_outcomes.job_current(job)
+    labels = batch_outcomes.labels(job.action)
     outcome = request.GET.get("outcome", "")
-    if outcome not in (*action_reports.RESULTS, "pending"):
+    if outcome not in labels:
         outcome = ""
     items = BatchItem.objects.filter(job=job).order_by("position")
     if outcome:
-        items = items.filter(outcome="" if outcome == "pending" else outcome)
+        items = items.filter(batch_outcomes.outcome_filter(outcome))
+    shown = list(items[:ITEMS_SHOWN])
+    places = batch_outcomes.item_places(shown)
+    said = [(item, places.get(item.pk), labels[item.outcome or batch_outcomes.NOT_STARTED])
+            for item in shown]  # fmt: skip
     context = {
         **_job_context(job),
-        "items": list(items[:ITEMS_SHOWN]),
+        "items": said,
         "shown_limit": ITEMS_SHOWN,
         "outcome": outcome,
-        "outcomes": [("", "all"), *action_reports.RESULTS.items(), ("pending", "not done yet")],
-        "can_cancel": not job.ended,
+        "outcomes": [("", "all"), *labels.items()],
     }
     return render(request, "sagaboard/batch_detail.html", context)
 
@@ -120,6 +128,7 @@ def batch_progress(request: HttpRequest, pk: int) -> HttpResponse:
         job = batches.job_get(user=request.user, pk=pk)
     except ServiceError as refused:
         return HttpResponse(refused.message, status=refused.status)
+    job = batch_outcomes.job_current(job)
     status = STOP_POLLING if job.ended and _htmx(request) else 200
     return render(
         request, "sagaboard/batch_detail.html#batch-progress", _job_context(job), status=status

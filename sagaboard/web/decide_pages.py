@@ -56,7 +56,7 @@ def decision_link(request: HttpRequest, token: str) -> HttpResponse:
             text = (
                 f"Done: the undo is {a.status.lower()}."
                 if outcome.decided
-                else f"Your approval is in ({a.required} needed): another person must approve too."
+                else f"Your approval is counted: {outcome.progress}."
             )
             context.update(flash=text, ok=True, open=False)
     approval = work_queues.approval_shown(visible.projects_for_user(request.user), link.approval_id)

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from sagaboard.domain import notes, ownership
 from sagaboard.errors import ServiceError
 from sagaboard.models import Saga
+from sagaboard.selectors import visible
+from sagaboard.web import presenters
 from sagaboard.web.next_path import next_path
 
 
@@ -39,6 +41,22 @@ def _refused(request: HttpRequest, err: ServiceError) -> HttpResponse:
     context = {"message": err.message, "heading": HEADINGS.get(err.status),
                "back": next_path(request)}  # fmt: skip
     return render(request, "sagaboard/bad_request.html", context, status=err.status)
+
+
+@login_required
+@require_GET
+def saga_notes(request: HttpRequest, saga_pk: int) -> HttpResponse:
+    """The saga page's owner and notes section alone, as the person asking sees it: the
+    page reads it again when the live body says a note or the owner changed."""
+    saga = (
+        Saga.objects.filter(pk=saga_pk, project__in=visible.projects_for_user(request.user))
+        .select_related("project", "owner")
+        .first()
+    )
+    if saga is None:
+        raise Http404("no such saga in your projects")
+    context = {"saga": saga, **presenters.collaboration(saga, request.user)}
+    return render(request, "sagaboard/saga_detail.html#collaboration", context)
 
 
 @login_required

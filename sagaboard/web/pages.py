@@ -43,6 +43,7 @@ def saga_list(request: HttpRequest) -> HttpResponse:
 
     A bad filter value is a 400 that shows the form again with the field named.
     """
+    last_log_id = visible.last_event_id()  # first: what commits later is sent live
     mine = visible.projects_for_user(request.user)
     try:
         search = saga_search.parse(request.GET)
@@ -50,7 +51,9 @@ def saga_list(request: HttpRequest) -> HttpResponse:
         if problem is not None:
             raise saga_search.SearchError("cursor", problem)
     except saga_search.SearchError as err:
-        context = list_page.context(request, mine, saga_search.SagaFilter(), error=str(err))
+        context = list_page.context(
+            request, mine, saga_search.SagaFilter(), last_log_id=last_log_id, error=str(err)
+        )
         return render(request, "sagaboard/saga_list.html", context, status=400)
     error = ""
     try:
@@ -66,7 +69,13 @@ def saga_list(request: HttpRequest) -> HttpResponse:
     if not request.user.has_perm("sagaboard.view_saga"):
         error = "You have no role yet: ask an admin to add you to the viewer group."
     context = list_page.context(
-        request, mine, search, rows=rows, next_cursor=next_cursor, error=error
+        request,
+        mine,
+        search,
+        last_log_id=last_log_id,
+        rows=rows,
+        next_cursor=next_cursor,
+        error=error,
     )
     return render(request, "sagaboard/saga_list.html", context)
 
@@ -74,7 +83,12 @@ def saga_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def saga_detail(request: HttpRequest, project: str, saga_id: str) -> HttpResponse:
-    """One saga: its steps as a timeline, every attempt, and the event log."""
+    """One saga: its steps as a timeline, every attempt, and the event log.
+
+    The log's newest id is read first: a change committed while the page is read (a
+    worker's last transition) is then sent live, never hidden behind a cursor past it.
+    """
+    last_log_id = visible.last_event_id()
     allowed = [p for p in visible.projects_for_user(request.user) if p.slug == project]
     if text_policy.text_problem(saga_id) is not None:  # no stored id holds NUL
         allowed = []
@@ -82,6 +96,6 @@ def saga_detail(request: HttpRequest, project: str, saga_id: str) -> HttpRespons
     if saga is None:
         raise Http404("no such saga in your projects")
     events = visible.event_list_for_saga(saga=saga, limit=1000)
-    context = presenters.saga_page(saga, events=events, last_log_id=visible.last_event_id())
+    context = presenters.saga_page(saga, events=events, last_log_id=last_log_id)
     context.update(presenters.collaboration(saga, request.user))
     return render(request, "sagaboard/saga_detail.html", context)

@@ -16,7 +16,7 @@ from typing import Any
 from django.urls import reverse
 from django.utils import timezone
 
-from sagaboard.domain import ownership, work_queues
+from sagaboard.domain import operator_actions, ownership, work_queues
 from sagaboard.domain.notes import PERMISSION
 from sagaboard.models import Approval, Event, Project, Saga, Step
 from sagaboard.selectors import notes
@@ -67,8 +67,13 @@ def saga_page(saga: Saga, *, events: Sequence[Event], last_log_id: int) -> dict[
     approvals: list[Approval] = extras["approvals"]  # type: ignore[assignment]
     steps = timeline(saga.steps.all(), approvals)
     note_counts = notes.note_counts(saga)
+    now = timezone.now()
+    # Each step's approval that stands: its latest not void (the list is in pk order).
+    current = {a.step_id: a for a in approvals if a.status != Approval.Status.VOID}
     for step, _ in steps:
         step.note_count = note_counts.get(step.step_id, 0)  # type: ignore[attr-defined]
+        refused = operator_actions.retry_refused(saga, step, current.get(step.pk), now)
+        step.retry_refused = refused  # type: ignore[attr-defined]
     return {
         "saga": saga,
         "events": events,
@@ -79,6 +84,7 @@ def saga_page(saga: Saga, *, events: Sequence[Event], last_log_id: int) -> dict[
         # The time-scaled view (a row per step); it also gives each step its ``durations``.
         "saga_timeline": saga_timeline.for_saga(saga, steps, timezone.now()),
         "saga_note_count": note_counts.get(None, 0),
+        "notes_version": notes.collaboration_version(saga),
     }
 
 
@@ -87,7 +93,9 @@ def collaboration(saga: Saga, user: Any) -> dict[str, Any]:
     which notes one may edit differs from person to person)."""
     may = user.has_perm(PERMISSION)
     return {
+        "notes_read_at": notes.collaboration_version(saga),  # before what it shows
         "notes": notes.notes_for_saga(saga),
+        "note_steps": saga.steps.all(),
         "can_collaborate": may,
         "owner_candidates": list(ownership.owner_candidates(saga.project)) if may else [],
         "page_url": reverse("saga_detail", args=[saga.project.slug, saga.saga_id]),

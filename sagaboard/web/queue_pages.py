@@ -4,6 +4,12 @@ Thin views: permissions and rules are checked in sagaboard.domain.approvals and
 sagaboard.domain.operator_actions (server-side, whatever buttons a page shows). Actions are
 htmx posts that answer with the fragment to swap (and a status message);
 without htmx they redirect back with the same message.
+
+A retry or resolve that is only requested when the answer is sent (a worker or the agent
+carries it out) answers with a message that follows it: ``data-follow`` names
+``step_outcome``, which queue.js asks again when the message arrives and whenever a live
+update of the page re-renders a step, until the outcome is on the record ("Retry failed:
+..."). One message per outcome, however fast the undo ran or failed.
 """
 
 from __future__ import annotations
@@ -12,15 +18,19 @@ from collections.abc import Callable
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseNotFound
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from sagaboard.domain import action_reports, approvals, operator_actions, ownership, work_queues
 from sagaboard.errors import ServiceError
+from sagaboard.models import CompensationAttempt, Step
 from sagaboard.selectors import visible
 from sagaboard.web import presenters
 from sagaboard.web.next_path import next_path
+from undo_core import StepState
 
 
 def _ids(request: HttpRequest, name: str) -> list[int]:
@@ -40,14 +50,16 @@ def _answer(
     status: int = 200,
     fragment: str | None = None,
     context: dict[str, object] | None = None,
+    pending: bool = False,
 ) -> HttpResponse:
+    """``pending``: accepted, not carried out yet (an info message, never a success)."""
     if not _htmx(request):
-        (messages.success if ok else messages.error)(request, text)
+        (messages.info if pending else messages.success if ok else messages.error)(request, text)
         return redirect(back)
     return render(
         request,
         fragment or "sagaboard/_flash.html",
-        {"flash": text, "ok": ok, **(context or {})},
+        {"flash": text, "ok": ok, "pending": pending, **(context or {})},
         status=status,
     )
 
@@ -77,12 +89,13 @@ def _all(shown: int, count: Callable[[], int]) -> int:
 @require_GET
 def approval_queue(request: HttpRequest) -> HttpResponse:
     """Pending approvals, oldest first, with what failed and exactly what would run."""
+    last_log_id = visible.last_event_id()  # first: what commits later is sent live
     projects = visible.projects_for_user(request.user)
     pending = work_queues.approvals_pending(projects)
     context = {
         "approvals": presenters.queue_items(pending),
         "can_decide": request.user.has_perm("sagaboard.decide_approval"),
-        "last_log_id": visible.last_event_id(),
+        "last_log_id": last_log_id,
         "projects": projects,
         "batch_actions": [("approve", "Approve"), ("reject", "Reject")],
         "batch_total": _all(len(pending), lambda: work_queues.approvals_pending_count(projects)),
@@ -110,7 +123,7 @@ def approval_decide(request: HttpRequest, pk: int) -> HttpResponse:
     if outcome.decided:
         text = f"{a.step.tool_name} ({a.saga.name}): {a.status.lower()}."
     else:
-        text = f"{a.step.tool_name} ({a.saga.name}): your approval is in; {a.required} needed."
+        text = f"{a.step.tool_name} ({a.saga.name}): {outcome.progress}."
     return _answer(request, back="approval_queue", text=text, ok=True)
 
 
@@ -138,12 +151,13 @@ def approvals_bulk(request: HttpRequest) -> HttpResponse:
 @require_GET
 def attention(request: HttpRequest) -> HttpResponse:
     """Failed and in-doubt undos, grouped by error signature, with every attempt so far."""
+    last_log_id = visible.last_event_id()  # first: what commits later is sent live
     projects = visible.projects_for_user(request.user)
     groups = work_queues.failures_open(projects)
     context = {
         "groups": groups,
         "can_operate": request.user.has_perm("sagaboard.retry_compensation"),
-        "last_log_id": visible.last_event_id(),
+        "last_log_id": last_log_id,
         "projects": projects,
         "batch_actions": [
             ("retry", "Retry"),
@@ -157,31 +171,109 @@ def attention(request: HttpRequest) -> HttpResponse:
     return render(request, "sagaboard/attention.html", context)
 
 
+_FOLLOWED = ("retry", "resolve")
+"""The actions a worker or the agent carries out after the answer (a leave is immediate)."""
+_WAITING = (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT)
+
+
+def _last_attempt(step_pk: int) -> int:
+    """The number of the step's newest undo attempt (0: none yet)."""
+    last = (
+        CompensationAttempt.objects.filter(step_id=step_pk)
+        .order_by("-number")
+        .values_list("number", flat=True)
+        .first()
+    )
+    return int(last or 0)
+
+
+def _carried_out(action: str, step: Step, after: int) -> bool:
+    """Whether ``action``'s outcome is on the record: the request is no longer pending, or,
+    for a retry, an undo attempt newer than ``after`` has finished (whatever the pending
+    request still says: the worker clears it after its last write); for a resolve, the
+    step no longer waits."""
+    if step.state == StepState.COMPENSATING:
+        return False
+    if not step.pending_action:
+        return True  # whoever carried it out is done with it (its outcome is the step's)
+    if action == "retry":
+        newest = step.attempts.order_by("-number").first()
+        return newest is not None and newest.number > after and newest.finished_at is not None
+    return step.state not in _WAITING
+
+
+def _step_message(action: str, step: Step, after: int) -> tuple[str, bool, bool]:
+    """(the message, whether it is good news, whether it is the outcome) of ``action`` on
+    ``step`` as the step now stands; ``after``: its newest attempt before the request."""
+    done = action == "leave" or _carried_out(action, step, after)
+    if done and step.pending_action:
+        step.pending_action = None  # read as carried out (not saved: the worker clears it)
+    result, detail = action_reports.step_outcome(action, step)
+    verb = action_reports.VERBS[action]
+    headline = {
+        "requested": f"{verb} requested",
+        "awaiting": f"{verb} waits for approval",
+        "succeeded": "Left failed" if action == "leave" else f"{verb} done",
+        "failed": f"{verb} failed",
+    }[result]
+    text = f"{headline}: {step.tool_name} ({step.step_id}) in {step.saga.name}."
+    if result != "requested" and action != "leave":
+        text = f"{text[:-1]}: {detail}."
+    # A retry waiting for its approver is at rest (not followed) but not done: info.
+    return text, result != "failed", result not in ("requested", "awaiting")
+
+
+def _follow_url(step: Step, action: str, after: int) -> str:
+    query = urlencode({"action": action, "after": after})
+    return f"{reverse('step_outcome', args=[step.pk])}?{query}"
+
+
 @login_required
 @require_POST
 def step_action(request: HttpRequest, pk: int) -> HttpResponse:
     """Retry, resolve or leave one failed undo (from the attention page or the saga page)."""
     back = next_path(request) or "attention"  # never redirect off-site
+    action = request.POST.get("action", "")
+    after = _last_attempt(pk)  # the request's own attempt, if any, comes after this one
     try:
         step = operator_actions.step_act(
-            step_pk=pk, user=request.user, action=request.POST.get("action", ""),
-            reason=request.POST.get("reason", ""),
+            step_pk=pk, user=request.user, action=action, reason=request.POST.get("reason", ""),
         )  # fmt: skip
     except ServiceError as refused:
         return _answer(request, back=back, text=refused.message, ok=False,
                        status=refused.status)  # fmt: skip
-    action = request.POST["action"]
     step.refresh_from_db()  # a retry may have run already (tasks run eagerly): say what it did
-    result, detail = action_reports.step_outcome(action, step)
-    headline = {
-        "requested": f"{action_reports.VERBS[action]} requested",
-        "succeeded": "Left failed" if action == "leave" else f"{action_reports.VERBS[action]} done",
-        "failed": f"{action_reports.VERBS[action]} failed",
-    }[result]
-    text = f"{headline}: {step.tool_name} ({step.step_id}) in {step.saga.name}."
-    if result != "requested" and action != "leave":
-        text = f"{text[:-1]}: {detail}."
-    return _answer(request, back=back, text=text, ok=result != "failed")
+    text, ok, outcome = _step_message(action, step, after)
+    # A retry that waits for its approver is at rest: the decision ends it, not a poll.
+    waits = action == "retry" and bool(action_reports.retry_needs_approval(step))
+    follow = "" if outcome or waits or action not in _FOLLOWED else _follow_url(step, action, after)
+    return _answer(
+        request, back=back, text=text, ok=ok, pending=not outcome,
+        context={"follow": follow},
+    )  # fmt: skip
+
+
+@login_required
+@require_GET
+def step_outcome(request: HttpRequest, pk: int) -> HttpResponse:
+    """The message of a retry or resolve asked for on the step, read again from the record:
+    still requested (and followed), or its outcome. queue.js asks for it (``step_action``)."""
+    action, after = request.GET.get("action", ""), request.GET.get("after", "")
+    if action not in _FOLLOWED or not after.isdigit() or len(after) > 9:
+        return HttpResponseBadRequest("action must be retry or resolve, after a number")
+    projects = visible.projects_for_user(request.user)
+    step = (
+        Step.objects.select_related("saga__project")
+        .filter(pk=pk, saga__project__in=projects)
+        .first()
+    )
+    if step is None:
+        return HttpResponseNotFound("no such step in your projects")
+    text, ok, outcome = _step_message(action, step, int(after))
+    waits = action == "retry" and bool(action_reports.retry_needs_approval(step))
+    follow = "" if outcome or waits else _follow_url(step, action, int(after))
+    context = {"flash": text, "ok": ok, "pending": not outcome, "follow": follow}
+    return render(request, "sagaboard/_flash.html", context)
 
 
 @login_required

@@ -1,12 +1,14 @@
 """Stop a running saga from its page: an operator asks for its rollback (``domain.saga_stop``).
 
-Thin: posts to the service and goes back to the saga page with what happens next as a
-message; a refusal is a page with the service's status and message, nothing changed.
+Thin: posts to the service and goes back to the saga page, whose stop state says what
+happens next, read from the record and kept up to date live (``saga_detail.html#stop-state``):
+no message of its own beside it, so a rollback that failed at once reads as one red banner,
+not a green "requested" next to it. A refusal is a page with the service's status and
+message, nothing changed.
 """
 
 from __future__ import annotations
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -27,11 +29,5 @@ def saga_rollback_request(request: HttpRequest, saga_pk: int) -> HttpResponse:
         )
     except ServiceError as err:
         return _refused(request, err)
-    if saga.agent_driven:
-        messages.success(
-            request, "Rollback requested: the agent rolls back at its next step boundary."
-        )
-    else:
-        messages.success(request, "Rollback requested: a worker is rolling the saga back.")
     url = reverse("saga_detail", args=[saga.project.slug, saga.saga_id])
-    return redirect(f"{url}#stop")
+    return redirect(f"{url}#stop-state")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from itertools import pairwise
 
@@ -51,6 +51,8 @@ HEADROOM = 0.1
 """How far past now a live saga's scale reaches (a share of its span, at least
 ``MIN_HEADROOM``): room for the now-line to move before the next update re-renders it."""
 MIN_HEADROOM = timedelta(seconds=10)
+LAST = datetime.max.replace(tzinfo=UTC)
+"""The last instant a time can be (9999-12-31T23:59:59.999999Z): a scale ends there at most."""
 
 _STEP_MS = [1, 2, 5, 10, 20, 50, 100, 200, 500]
 _STEP_MS += [s * 1000 for s in (1, 2, 5, 10, 15, 30)]
@@ -213,18 +215,28 @@ class Scale:
         return self.x0 + min(max(offset * self.px_per_ms, 0.0), self.width)
 
 
+def _later(at: datetime, by: timedelta) -> datetime:
+    """``at + by``, or ``LAST`` when that is past year 9999."""
+    try:
+        return at + by
+    except OverflowError:
+        return LAST
+
+
 def scale_for(
     times: Iterable[datetime], *, now: datetime, live: bool, x0: float = LABEL_WIDTH
 ) -> Scale:
-    """The scale from the first time to the last (to past now when live, ``HEADROOM``)."""
+    """The scale from the first time to the last (to past now when live, ``HEADROOM``); one
+    of no length lasts a second. It never reaches past ``LAST``: an agent's clock may say
+    9999-12-31T23:59:59Z, and the scale still starts at the first time reported."""
     seen = list(times)
     start = min(seen, default=now)
     end = max(seen, default=start)
     if live:
         end = max(end, now)
-        end += max((end - start) * HEADROOM, MIN_HEADROOM)
+        end = _later(end, max((end - start) * HEADROOM, MIN_HEADROOM))
     if end <= start:
-        end = start + timedelta(seconds=1)
+        end = _later(start, timedelta(seconds=1))  # at LAST: none left (Scale.ms is 1 ms)
     return Scale(start, end, x0)
 
 

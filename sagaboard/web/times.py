@@ -78,16 +78,17 @@ def clock_of(kind: Kind, saga: Any = None) -> str:
 
 
 def iso(at: datetime) -> str:
-    """A valid ``<time datetime>``: UTC, milliseconds at most (HTML allows three digits)."""
+    """A valid ``<time datetime>``: UTC, milliseconds at most (HTML allows three digits), the
+    year in four (``1-01-01`` is no HTML time, and a browser reads it as 2001)."""
     utc = at.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    return f"{utc.year:04d}-{utc:%m-%dT%H:%M:%S}.{utc.microsecond // 1000:03d}Z"
 
 
 def exact_utc(at: datetime, *, precise: bool = False) -> str:
     """``2026-01-31 12:00:05 UTC`` (``precise``: with milliseconds), whatever the zone the
-    value came in."""
+    value came in. The year has four digits (``%Y`` gives ``1`` for year 1 on glibc)."""
     utc = at.astimezone(UTC)
-    text = utc.strftime("%Y-%m-%d %H:%M:%S")
+    text = f"{utc.year:04d}-{utc:%m-%d %H:%M:%S}"
     if precise:
         text += f".{utc.microsecond // 1000:03d}"
     return f"{text} UTC"

@@ -19,6 +19,7 @@ from django.conf import settings
 
 from sagaboard.domain import (
     approvals,
+    batch_outcomes,
     batches,
     jobs,
     notifications,
@@ -67,7 +68,12 @@ def notification_send(pk: int) -> bool:
 
 @shared_task(name=jobs.SWEEP)
 def sweep() -> dict[str, int]:
-    """Every few seconds: expire approvals, resend notifications, pick up orphaned work."""
+    """Every few seconds: void approvals whose step settled, expire approvals, resend
+    notifications, pick up orphaned work."""
+    # Every project's: a worker's task voids its saga's as it ends, but a step can settle
+    # with none ending after it (a worker killed in between, the agent's own events). Before
+    # the expiry, which would otherwise escalate (or reject) an approval that is for nothing.
+    voided = approvals.approvals_void_settled()
     expired = approvals.approvals_expire()
     due = notifications.notifications_due()
     for pk in due:
@@ -80,12 +86,15 @@ def sweep() -> dict[str, int]:
     stalled = batches.batch_orphans()
     for pk in stalled:
         batch_run.delay(pk)
+    settled = batch_outcomes.jobs_settle()
     return {
+        "approvals_voided": voided,
         "expired": expired,
         "notifications": len(due),
         "orphans": len(orphans),
         "stops_overdue": overdue,
         "batches": len(stalled),
+        "batch_outcomes": settled,
     }
 
 

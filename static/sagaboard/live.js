@@ -66,3 +66,48 @@ document.addEventListener("htmx:wsClose", function (evt) {
   if (code === 4401 || code === 4403 || leaving) return;  // handled above
   liveState("reconnecting", "Reconnecting…");
 });
+
+// The saga page's owner and notes (#notes) are per person (which notes one may edit), so
+// the shared live body carries only the number of their newest change
+// (data-notes-version). When it is newer than the number #notes was read at, #notes is
+// read again for this person. What they were typing there, the <details> they had open
+// and the field they were in are kept across the swap.
+var notesReading = false;
+function notesFollow() {
+  var section = document.getElementById("notes");
+  var body = document.querySelector("[id^='saga-live-'][data-notes-version]");
+  if (!section || !body || notesReading) return;
+  // Only forward: a section read after the body may already be newer than it.
+  if (!(parseInt(body.dataset.notesVersion, 10) > parseInt(section.dataset.version, 10))) return;
+  notesReading = true;
+  fetch(section.dataset.refreshUrl, { credentials: "same-origin" })
+    .then(function (answer) { return answer.ok ? answer.text() : null; })
+    .then(function (html) {
+      if (!html) return false;
+      var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("notes");
+      var now = document.getElementById("notes");
+      if (!fresh || !now) return false;
+      now.querySelectorAll("textarea[id]").forEach(function (old) {
+        var kept = fresh.querySelector("#" + CSS.escape(old.id));
+        if (kept && old.value !== old.defaultValue) kept.value = old.value;
+      });
+      now.querySelectorAll("details[open]").forEach(function (old) {
+        var note = old.closest("[id^='note-']");
+        var where = note ? fresh.querySelector("#" + CSS.escape(note.id)) : fresh;
+        var same = where && where.querySelector("details." + old.className.split(" ")[0]);
+        if (same) same.open = true;
+      });
+      var focused = document.activeElement && now.contains(document.activeElement)
+        ? document.activeElement.id : "";
+      now.replaceWith(fresh);
+      if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
+      if (window.htmx) window.htmx.process(fresh);
+      return true;
+    })
+    .catch(function () { return false; })  // the next live update asks again
+    .then(function (done) {
+      notesReading = false;
+      if (done) notesFollow();  // another change may have arrived while this one was read
+    });
+}
+document.addEventListener("htmx:oobAfterSwap", notesFollow);

@@ -80,9 +80,13 @@
   }
 
   // Confirm before state-changing bulk or irreversible actions; say how many it covers.
-  document.addEventListener("click", function (e) {
-    var button = e.target.closest && e.target.closest("button[data-confirm], button[data-confirm-count]");
-    if (!button) return;
+  // On submit, not on click: the browser checks the form first (a reason the action needs
+  // is `required` on its field; a button that needs none, as a retry, is `formnovalidate`),
+  // so a missing reason is said before any dialog, and only a valid form asks to confirm.
+  // Capturing, on the document: before htmx's own listener on the form sends it.
+  document.addEventListener("submit", function (e) {
+    var button = e.submitter;
+    if (!button || !button.matches("button[data-confirm], button[data-confirm-count]")) return;
     var message = button.dataset.confirm;
     if (button.dataset.confirmCount) {
       var form = button.form;
@@ -92,8 +96,49 @@
       if (!expected) { expected = document.createElement("input"); expected.type = "hidden"; expected.name = "expected"; form.appendChild(expected); }
       expected.value = String(n);
     }
-    if (!window.confirm(message)) { e.preventDefault(); e.stopPropagation(); }
+    if (!window.confirm(message)) { e.preventDefault(); e.stopImmediatePropagation(); }
   }, true);
+
+  // A retry or resolve that was only requested when its answer came says so, and names
+  // where its message is read again (data-follow: sagaboard.web.queue_pages.step_outcome).
+  // It is asked again as it arrives (the undo may have run, or failed, before the answer
+  // reached the page) and whenever a live update re-renders what the page shows, until the
+  // answer is the outcome ("Retry failed: ..."), which follows nothing more. One request at
+  // a time (one more after it if updates came meanwhile); a message something else wrote
+  // over meanwhile is left alone.
+  var following = false;
+  var followAgain = false;
+  function follow() {
+    var flash = document.getElementById("flash");
+    var url = flash && flash.dataset.follow;
+    if (!url) return;
+    if (following) { followAgain = true; return; }
+    following = true;
+    var shown = flash.textContent;
+    fetch(url, { headers: { "HX-Request": "true" }, credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        var now = document.getElementById("flash");
+        if (!html || !now || now.dataset.follow !== url || now.textContent !== shown) return;
+        // Parsed as a document of its own (inert: no script runs, nothing is inserted
+        // but the one element, which the server's template escaped).
+        var parsed = new DOMParser().parseFromString(html, "text/html");
+        var fresh = parsed.getElementById("flash");
+        if (!fresh) return;
+        fresh.removeAttribute("hx-swap-oob");
+        now.replaceWith(fresh);
+      })
+      .catch(function () { /* a blink of the network: the next update asks again */ })
+      .then(function () {
+        following = false;
+        if (followAgain) { followAgain = false; follow(); }
+      });
+  }
+  document.addEventListener("htmx:oobAfterSwap", function () {
+    var flash = document.getElementById("flash");
+    if (!flash || !flash.dataset.follow) return;
+    follow(); // the answer itself just arrived, or a live update of the page did
+  });
 
   // Keep one copy of each live item, say when the queue is empty, and keep the count true.
   function refreshEmpty() {

@@ -46,7 +46,9 @@
     new Intl.DateTimeFormat("en-US", options).formatToParts(date).forEach(function (p) {
       parts[p.type] = p.value;
     });
-    var text = parts.year + "-" + parts.month + "-" + parts.day + " " +
+    // The year in four digits, as the server writes it (0001); 0 for 1 BC (local, near year 1).
+    var year = zone === "utc" ? date.getUTCFullYear() : date.getFullYear();
+    var text = pad(year, 4) + "-" + parts.month + "-" + parts.day + " " +
       parts.hour + ":" + parts.minute + ":" + parts.second;
     if (precise) { text += "." + pad(date.getUTCMilliseconds(), 3); }
     return text + " " + (zone === "utc" ? "UTC" : parts.timeZoneName);

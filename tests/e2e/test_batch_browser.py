@@ -1,10 +1,13 @@
 """Batch operations in real headless Chromium, with a real Celery worker: an operator picks
 "all matching" on Needs attention, confirms the exact count with a reason, and watches the
-job page's progress bar move (htmx polling, no reload) until the job has finished; a second
-job is cancelled from its page while it runs. No console errors.
+job page's requests move (htmx polling, no reload) until every one is made: the job is then
+finishing, not finished, and goes on polling (the agent's SDK carries a resolve out, and no
+agent runs here: every item stays "still running"); a second job is cancelled from its page
+while it runs. No console errors.
 
 The worker paces the job (2 items a chunk, 0.4 s between chunks) so the page has time to
-show it moving. Broker: Redis, on a queue of the test's own (``tests.support.crash_settings``).
+show it moving. Broker: Redis, on a database index (``redis_database``) and a queue of the
+test's own (``tests.support.crash_settings``).
 Screenshot: test-artifacts/batch-job-running.png.
 """
 
@@ -22,13 +25,21 @@ import pytest
 
 from tests.support.chromium import ARTIFACTS
 from tests.support.e2e_site import PG, signed_in
-from tests.support.live_server import ROOT, Server, Worker, manage, temp_database
+from tests.support.live_server import (
+    REDIS_SERVER,
+    ROOT,
+    Server,
+    Worker,
+    manage,
+    redis_database,
+    temp_database,
+)
 
 pytestmark = pytest.mark.slow
 
 WAIT_MS = 20_000
 PASSWORD = "pw-batch-e2e-2718"
-REDIS = os.environ.get("SAGABOARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/5")
+REDIS = os.environ.get("SAGABOARD_TEST_REDIS_URL", REDIS_SERVER)  # a server, or an index
 SETTINGS = "tests.support.crash_settings"
 SEED = f"""
 from django.contrib.auth import get_user_model
@@ -49,14 +60,18 @@ shop.members.add(ann)
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    work = tmp_path_factory.mktemp("e2e-batch")
+    with redis_database(REDIS) as broker:
+        yield from _site(tmp_path_factory.mktemp("e2e-batch"), broker)
+
+
+def _site(work: Path, broker: str) -> Iterator[str]:
     queue = f"sagaboard-batch-e2e-{uuid.uuid4().hex[:8]}"
     env = {
         "PYTHONPATH": os.pathsep.join(
             p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
         ),
         "SAGABOARD_TEST_QUEUE": queue,
-        "CELERY_BROKER_URL": REDIS,
+        "CELERY_BROKER_URL": broker,
         "SAGABOARD_TASKS_EAGER": "0",
         "SAGABOARD_BATCH_CHUNK": "2",
         "SAGABOARD_BATCH_PAUSE_SECONDS": "0.4",
@@ -70,7 +85,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             worker = Worker(
                 "e2e",
                 {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": SETTINGS},
-                Path(work),
+                work,
                 beat=False,
             )
             try:
@@ -95,12 +110,12 @@ def ann(site: str) -> Iterator[Any]:
 
 
 def _done_values(page: Any, total: int, until: str) -> list[int]:
-    """The "x of total" the page shows, sampled until its state reads ``until``."""
+    """The "Requests made: x of total" the page shows, sampled until its state reads ``until``."""
     seen: list[int] = []
     deadline = time.monotonic() + WAIT_MS / 1000
     while time.monotonic() < deadline:
         text = page.locator("#batch-progress").inner_text()
-        m = re.search(rf"(\d+) of {total}", text)
+        m = re.search(rf"Requests made: (\d+) of {total}", text)
         if m and (not seen or seen[-1] != int(m.group(1))):
             seen.append(int(m.group(1)))
         if page.locator(f"#batch-progress [data-state={until}]").count():
@@ -124,12 +139,15 @@ def test_all_matching_confirmed_then_followed_live_to_the_end(site: str, ann: An
     expect(ann).to_have_url(re.compile(r"/batch/\d+/$"))
     url = ann.url
     ann.screenshot(path=str(ARTIFACTS / "batch-job-running.png"))
-    seen = _done_values(ann, 16, "finished")
+    seen = _done_values(ann, 16, "finishing")
     assert ann.url == url  # no reload: the fragment was swapped in
     assert seen[-1] == 16 and len(seen) >= 3, seen  # it moved, more than once
     assert seen == sorted(seen), seen
-    expect(ann.locator("#batch-bar")).to_have_attribute("value", "16")
+    # Every request made, no outcome known: the bar counts outcomes, and it goes on polling.
+    expect(ann.locator("#batch-bar")).to_have_attribute("value", "0")
     expect(ann.locator("[data-count=requested] strong")).to_have_text("16")
+    expect(ann.locator("#batch-progress .batch-running")).to_have_text("16 still running")
+    expect(ann.locator("#batch-progress")).to_have_attribute("hx-trigger", "every 1s")
     ann.reload()
     expect(ann.locator(".batch-item[data-outcome=requested]")).to_have_count(16)
 

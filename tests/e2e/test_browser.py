@@ -371,7 +371,7 @@ def test_hostile_text_in_a_saga_stays_text_live_and_rendered(site: Site, user: U
                 break
             page.wait_for_timeout(500)
         for key, payload in (("script", SCRIPT), ("img", IMG)):
-            # JSON trees (README "Reading payloads"): each string shown as text, quoted.
+            # JSON trees (docs/operator/saga-page.md): each string shown as text, quoted.
             for where, root in ((first, "input"), (first, "output"), (second, "input")):
                 leaf = where.locator(f'.jt-leaf[data-path="{root}.{key}"] .jt-string')
                 expect(leaf).to_have_text(f'"{payload}"')  # the string itself, in quotes

@@ -7,7 +7,7 @@ of kind ``client`` (which only an agent can run; the API refuses such a step tod
 written into the database as a saga kept from before) waiting for approval. An approver (ann)
 sees the rejected one as "ROLLED BACK with exceptions (1 rejected)", not green, on the list,
 finds it with the list's outcome filter and counted apart on the overview; the waiting one says
-"waiting for a person"; its saga page's plan says "cannot run here: <why>" before anyone
+"waiting for a person"; its saga page's plan says "waits for an operator: <why>" before anyone
 approves, and so do the approval queue and its approve button. Screenshots:
 test-artifacts/outcome-list.png, outcome-plan.png and outcome-queue.png.
 """
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 WAIT_MS = 15_000
 PASSWORD = "pw-outcome-e2e-1618"
-CLIENT_UNDO = "cannot run here: a 'client' undo runs in the agent's own process"
+CLIENT_UNDO = "waits for an operator: the undo of 'refund_payment' lives in the agent's process"
 
 MAKE_SAGAS = f"""
 from django.contrib.auth import get_user_model
@@ -130,6 +130,7 @@ def test_a_rejected_undo_reads_as_with_exceptions_and_the_plan_says_cannot_run_h
     tab.screenshot("outcome-list.png")
 
     # The list's outcome filter finds it; the overview counts it apart from clean rollbacks.
+    ann.locator("details.filter-panel > summary").click()  # the filters are folded
     ann.select_option("select[name=outcome]", "WITH_EXCEPTIONS")
     ann.click("form.filters button[type=submit]")
     expect(ann.locator("#saga-rows tr")).to_have_count(1)
@@ -153,7 +154,9 @@ def test_a_rejected_undo_reads_as_with_exceptions_and_the_plan_says_cannot_run_h
     ann.goto(site.url + "/approvals/")
     item = ann.locator("#approval-items li.approval")  # stored-1's refund: the only one
     expect(item).to_have_count(1)
-    expect(item.locator(".cannot-run")).to_contain_text("Cannot run here: a 'client' undo")
+    expect(item.locator(".cannot-run")).to_contain_text(
+        "Cannot run here: the undo of 'refund_payment' lives"
+    )
     expect(item).not_to_contain_text("The agent runs the undo")  # no agent runs this saga
     approve = item.get_by_role("button", name="Approve (it cannot run here: it will fail)")
     expect(approve).to_be_visible()

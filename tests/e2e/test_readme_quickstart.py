@@ -1,6 +1,7 @@
-"""The README's agent quickstart, run exactly as pasted: saved as agent.py in an empty folder
-(no ``var/``, no project files), run by a fresh Python with a live sagaboard and a token of
-its project. The saga it reports must be on the server, completed, with its two steps.
+"""The agent quickstart (the README's, now docs/agents.md's), run exactly as pasted: saved as
+agent.py in an empty folder (no ``var/``, no project files), run by a fresh Python with a live
+sagaboard and a token of its project. The saga it reports must be on the server, completed,
+with its two steps.
 
 ``quickstart_code`` is shared with the fresh-virtualenv check (``scripts/check_sdk_wheel.py``),
 which runs the same block from a virtualenv holding only the undo-core wheel.
@@ -24,10 +25,13 @@ pytestmark = pytest.mark.slow
 PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 
 
-def quickstart_code(readme: Path = ROOT / "README.md") -> str:
+QUICKSTART_PAGE = ROOT / "docs" / "agents.md"
+
+
+def quickstart_code(readme: Path = QUICKSTART_PAGE) -> str:
     """The python block right after the ``<!-- agent-quickstart -->`` marker."""
     found = re.search(r"<!-- agent-quickstart -->\n```python\n(.*?)\n```", readme.read_text(), re.S)
-    assert found, "README.md lost its <!-- agent-quickstart --> block"
+    assert found, f"{readme.relative_to(ROOT)} lost its <!-- agent-quickstart --> block"
     return found.group(1) + "\n"
 
 

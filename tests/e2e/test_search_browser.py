@@ -115,11 +115,13 @@ def test_search_sort_duration_and_saved_views(site: str, vic: Any) -> None:
     expect(vic.locator("p.message.error")).to_contain_text("json: compare with a string")
 
     vic.goto(site + "/?status=ROLLED_BACK")
+    vic.click("details.saved-views > summary")  # a closed panel of the filter bar
     vic.fill("input[name=name]", "rolled back")
-    vic.click("form.save-view button[type=submit]")
+    vic.click(".save-view button[type=submit]")
     link = vic.locator(".saved-views a", has_text="rolled back")
     expect(link).to_have_count(1)
     vic.goto(site + "/")
+    vic.click("details.saved-views > summary")
     vic.locator(".saved-views a", has_text="rolled back").click()
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("s-failed")

@@ -70,7 +70,7 @@ STEP_INPUT = {"in-script": SCRIPT, "in-img": IMG, "in-svg": SVG}
 STEP_OUTPUT = {"out-script": SCRIPT, "out-img": IMG, "out-svg": SVG}
 INPUT_TEXT = tuple(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in STEP_INPUT.items())
 OUTPUT_TEXT = tuple(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in STEP_OUTPUT.items())
-# The saga pages draw them as JSON trees (README "Reading payloads"): key: "the string".
+# The saga pages draw them as JSON trees (docs/operator/saga-page.md): key: "the string".
 INPUT_TREE = tuple(f'{k}: "{v}"' for k, v in STEP_INPUT.items())
 OUTPUT_TREE = tuple(f'{k}: "{v}"' for k, v in STEP_OUTPUT.items())
 HANDLER = hostile("handler")

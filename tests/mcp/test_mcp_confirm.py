@@ -4,6 +4,8 @@ The official SDK's ``Client`` drives the server in-process with an ``elicitation
 (passing one declares the capability), on both protocol eras: ``legacy`` (a mid-call
 ``elicitation/create`` request) and ``auto`` (2026-07-28: an ``InputRequiredResult`` the client
 answers by retrying). The undo command creates a marker file: it exists only if the undo ran.
+A client without an ``elicitation_callback`` cannot ask: under the default nothing runs (unlike
+agent-undo's MCP server); ``--confirm-undos run-unconfirmed`` is the opt-in that runs unasked.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from mcp.types import INVALID_REQUEST, ElicitRequestParams, ElicitResult, ErrorD
 
 from tests.support.undo_mcp_harness import call, mcp_session, text
 from undo_core.mcp.backends import LocalBackend, RemoteBackend
-from undo_core.mcp.confirm import ConfirmUndos
-from undo_core.mcp.server import build_server
+from undo_core.mcp.server import build_server, main
 
 ERAS = ["legacy", "auto"]  # handshake-era protocol, and 2026-07-28 (InputRequiredResult)
 COMMAND = "touch undone.marker"
+DELETE = "rm -f backup.json"  # the issue's case: the file exists only if the undo did not run
 
 Callback = Callable[[ClientRequestContext, ElicitRequestParams], Any]
 
@@ -53,13 +55,15 @@ async def standalone(
     tmp_path: Path,
     workdir: Path,
     *,
-    confirm: ConfirmUndos = "elicit",
+    confirm: str | None = None,
     person: Callback | None = None,
     mode: str = "legacy",
     timeout: float = 300.0,
 ) -> AsyncIterator[Client]:
+    """An in-process server; ``confirm=None`` leaves ``--confirm-undos`` at its default."""
     backend = LocalBackend(tmp_path / "sagas.sqlite3", cwd=str(workdir))
-    server = build_server(backend, confirm_undos=confirm, confirm_timeout=timeout)
+    chosen = {} if confirm is None else {"confirm_undos": confirm}
+    server = build_server(backend, confirm_timeout=timeout, **chosen)
     try:
         async with Client(server, elicitation_callback=person, mode=mode) as client:  # type: ignore[arg-type]
             yield client
@@ -192,41 +196,140 @@ async def test_a_client_that_declares_elicitation_but_cannot_show_it_runs_nothin
     assert not (workdir / "undone.marker").exists()
 
 
+async def backup_saga(client: Client, workdir: Path) -> str:
+    """The seed's step: a backup file whose undo command deletes it."""
+    (workdir / "backup.json").write_text("{}")
+    sid = (await call(client, "saga_begin", name="checkout-flow"))["sagaId"]
+    await call(client, "saga_add_step", sagaId=sid, toolName="create_backup", undoCommand=DELETE)
+    await call(client, "saga_complete_step", sagaId=sid, stepId="step-1")
+    return sid
+
+
 @pytest.mark.parametrize("era", ERAS)
-async def test_a_client_without_elicitation_keeps_todays_behaviour_under_elicit(
+async def test_a_client_without_elicitation_gets_the_commands_and_nothing_runs_by_default(
     tmp_path: Path, workdir: Path, era: str
 ) -> None:
-    async with standalone(tmp_path, workdir, person=None, mode=era) as client:
-        sid = await ready_saga(client)
+    async with standalone(tmp_path, workdir, person=None, mode=era) as client:  # the default
+        sid = await backup_saga(client, workdir)
         result = await client.call_tool("saga_rollback", {"sagaId": sid})
         assert not result.is_error, text(result)
-        assert result.structured_content["status"] == "ROLLED_BACK"
-        # what it said before elicitation (test_mcp_standalone pins it word for word)
-        assert text(result).startswith("Saga rolled back.") and "confirm" not in text(result)
-        confirmation = result.structured_content["confirmation"]
-        assert confirmation["answer"] == "no-elicitation" and not confirmation["asked"]
-        assert "ran without asking" in confirmation["note"]
-        assert "always-refuse" in confirmation["note"]
-    assert (workdir / "undone.marker").exists()
+        message = text(result)
+        assert message.startswith("Nothing was undone:")
+        assert "cannot ask" in message and "no person confirmed" in message
+        assert DELETE in message and str(workdir) in message  # the commands, listed
+        # how a person can have them run: by hand, a client that asks, the approval queue,
+        # or the flag that names the risk
+        assert "in a terminal" in message and "elicitation" in message
+        assert "--url" in message and "approval queue" in message
+        assert "--confirm-undos run-unconfirmed" in message and "unreviewed" in message
+        data = result.structured_content
+        assert data["status"] == "IN_PROGRESS" and data["rolledBack"] == []
+        assert data["undoCommands"] == [
+            {"stepId": "step-1", "toolName": "create_backup", "command": DELETE}
+        ]
+        confirmation = data["confirmation"]
+        assert confirmation["mode"] == "elicit"
+        assert confirmation["answer"] == "no-elicitation"
+        assert confirmation["asked"] is False and confirmation["ran"] is False
+        assert "nothing ran" in confirmation["note"] and "run-unconfirmed" in confirmation["note"]
+        status = await call(client, "saga_status", sagaId=sid)
+        assert [(s["stepId"], s["state"]) for s in status["steps"]] == [("step-1", "COMPLETED")]
+    assert (workdir / "backup.json").exists(), "the undo command did not run"
 
 
-async def test_never_runs_without_asking_even_a_client_that_could_ask(
-    tmp_path: Path, workdir: Path
+@pytest.mark.parametrize("can_ask", [True, False])
+async def test_run_unconfirmed_is_the_opt_in_that_runs_without_asking(
+    tmp_path: Path, workdir: Path, can_ask: bool
 ) -> None:
-    person = Person("decline")
-    async with standalone(tmp_path, workdir, confirm="never", person=person) as client:
-        sid = await ready_saga(client)
-        data = await call(client, "saga_rollback", sagaId=sid)
-        assert data["status"] == "ROLLED_BACK"
-        assert data["confirmation"] == {
-            "mode": "never",
+    person = Person("decline") if can_ask else None
+    async with standalone(tmp_path, workdir, confirm="run-unconfirmed", person=person) as client:
+        sid = await backup_saga(client, workdir)
+        result = await client.call_tool("saga_rollback", {"sagaId": sid})
+        assert not result.is_error, text(result)
+        # the seed's message, word for word: the opt-in is agent-undo's behaviour
+        assert text(result) == "Saga rolled back. All prior side-effects successfully rolled back."
+        data = result.structured_content
+        assert data["status"] == "ROLLED_BACK" and data["rolledBack"] == ["step-1"]
+        confirmation = data["confirmation"]
+        assert {k: confirmation[k] for k in ("mode", "asked", "answer", "ran")} == {
+            "mode": "run-unconfirmed",
             "asked": False,
-            "answer": "never",
+            "answer": "unconfirmed",
             "ran": True,
-            "reason": None,
         }
-    assert person.asked == []
-    assert (workdir / "undone.marker").exists()
+        assert "without anyone confirming" in confirmation["note"]
+    assert person is None or person.asked == []
+    assert not (workdir / "backup.json").exists()
+
+
+@pytest.mark.parametrize("can_ask", [True, False])
+async def test_never_is_a_deprecated_spelling_that_now_refuses(
+    tmp_path: Path, workdir: Path, can_ask: bool
+) -> None:
+    person = Person("accept", {"confirm": True}) if can_ask else None
+    async with standalone(tmp_path, workdir, confirm="never", person=person) as client:
+        tools = {t.name: t.description or "" for t in (await client.list_tools()).tools}
+        assert "never runs undo commands" in tools["saga_rollback"]
+        assert "--confirm-undos never, deprecated" in tools["saga_rollback"]
+        sid = await backup_saga(client, workdir)
+        result = await client.call_tool("saga_rollback", {"sagaId": sid})
+        assert not result.is_error, text(result)
+        message = text(result)
+        assert message.startswith("Nothing was undone:") and "deprecated" in message
+        assert "--confirm-undos run-unconfirmed" in message and DELETE in message
+        confirmation = result.structured_content["confirmation"]
+        assert confirmation["mode"] == "always-refuse"
+        assert confirmation["deprecatedMode"] == "never"
+        assert (confirmation["answer"], confirmation["ran"]) == ("refused", False)
+    assert person is None or person.asked == []
+    assert (workdir / "backup.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("confirm", "rollback_says", "add_step_says"),
+    [
+        (None, ["--confirm-undos elicit", "cannot ask", "nothing runs"], ["does not run"]),
+        ("elicit", ["--confirm-undos elicit", "unless a person confirmed"], ["confirms it"]),
+        ("always-refuse", ["--confirm-undos always-refuse", "never runs"], ["never runs it"]),
+        (
+            "run-unconfirmed",
+            ["WARNING", "--confirm-undos run-unconfirmed", "without asking anyone"],
+            ["WARNING", "without anyone confirming"],
+        ),
+    ],
+)
+async def test_the_tool_descriptions_say_what_the_mode_does(
+    tmp_path: Path,
+    workdir: Path,
+    confirm: str | None,
+    rollback_says: list[str],
+    add_step_says: list[str],
+) -> None:
+    async with standalone(tmp_path, workdir, confirm=confirm) as client:
+        tools = {t.name: t.description or "" for t in (await client.list_tools()).tools}
+        instructions = client.instructions or ""
+    for said in rollback_says:
+        assert said in tools["saga_rollback"], (said, tools["saga_rollback"])
+    for said in add_step_says:
+        assert said in tools["saga_add_step"], (said, tools["saga_add_step"])
+    assert "undoCommand" in tools["saga_add_step"]
+    assert ("without anyone confirming" in instructions) is (confirm == "run-unconfirmed")
+
+
+def test_the_help_names_the_modes_and_the_departure_from_agent_undo(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "10000")  # argparse would break lines at "run-"
+    monkeypatch.delenv("UNDO_MCP_CONFIRM_UNDOS", raising=False)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "{elicit,always-refuse,run-unconfirmed}" in out
+    assert "Unlike agent-undo's MCP server" in out
+    assert "never runs an undo command that no person confirmed" in out
+    assert "'run-unconfirmed' runs them at once without asking anyone" in out
+    assert "'never' is a deprecated spelling that now means always-refuse" in out
+    assert "Default elicit (or $UNDO_MCP_CONFIRM_UNDOS)" in out
 
 
 @pytest.mark.parametrize("can_ask", [True, False])
@@ -286,6 +389,13 @@ async def test_the_console_script_asks_over_stdio_and_reads_the_env_setting(
         refused = await session.call_tool("saga_rollback", {"sagaId": sid})
         assert "--confirm-undos always-refuse" in text(refused)
     assert not (workdir / "undone.marker").exists()
+    async with mcp_session("--db", db, cwd=workdir) as session:  # no elicitation, the default
+        unasked = await session.call_tool("saga_rollback", {"sagaId": sid})
+        assert text(unasked).startswith("Nothing was undone:") and COMMAND in text(unasked)
+    assert not (workdir / "undone.marker").exists()
+    async with mcp_session("--db", db, "--confirm-undos", "run-unconfirmed", cwd=workdir) as s:
+        assert (await call(s, "saga_rollback", sagaId=sid))["status"] == "ROLLED_BACK"
+    assert (workdir / "undone.marker").exists()
 
 
 class FakeSagaboard:
@@ -322,9 +432,9 @@ class FakeSagaboard:
         pass
 
 
-@pytest.mark.parametrize("confirm", ["elicit", "always-refuse"])
+@pytest.mark.parametrize("confirm", ["elicit", "always-refuse", "run-unconfirmed"])
 async def test_connected_mode_asks_nothing_in_the_chat_and_names_where_to_decide(
-    confirm: ConfirmUndos,
+    confirm: str,
 ) -> None:
     person = Person("accept", {"confirm": True})
     backend = RemoteBackend("https://sagaboard.example/", "sgb_x", client=FakeSagaboard())
@@ -342,4 +452,6 @@ async def test_connected_mode_asks_nothing_in_the_chat_and_names_where_to_decide
     assert result.structured_content["awaitingApproval"] == ["step-1"]
     message = text(result)
     assert queue in message and page in message and "not in this chat" in message
+    assert f"undo command: {COMMAND}" in message  # the commands listed, as in standalone
+    assert "Nothing has been undone yet" in message
     assert person.asked == []  # sagaboard's approval queue is the authority

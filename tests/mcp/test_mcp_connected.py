@@ -121,6 +121,9 @@ async def test_connected_mode_leaves_command_undos_to_approvers(
         page = result.structured_content["sagaPage"]
         assert page.startswith(f"{url}/sagas/") and page in text(result)
         assert "not in this chat" in text(result)
+        # this client declares no elicitation: the commands are listed, nothing ran unasked
+        assert f"undo command: rm -f {backup}" in text(result)
+        assert "Nothing has been undone yet" in text(result)
         assert backup.exists()
 
         # the worker's logic: the undo waits for approval; an approver rejects it

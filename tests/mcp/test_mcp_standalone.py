@@ -1,4 +1,9 @@
-"""``undo-mcp`` standalone: the seed's walk-through, bad arguments, restarts, timeouts."""
+"""``undo-mcp`` standalone: the seed's walk-through, bad arguments, restarts, timeouts.
+
+The SDK's ``ClientSession`` here declares no elicitation, so it cannot ask the person: under
+the default nothing runs (unlike the seed); the tests that run undo commands opt in with
+``--confirm-undos run-unconfirmed`` (:data:`UNCONFIRMED`), the seed's behaviour.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ import pytest
 from tests.support.undo_mcp_harness import Connect, call, call_error, text
 
 pytestmark = pytest.mark.slow  # each test starts the server in a subprocess
+
+UNCONFIRMED = ("--confirm-undos", "run-unconfirmed")  # the seed's behaviour: run unasked
 
 SEVEN = {
     "saga_begin": {"name"},
@@ -35,7 +42,7 @@ async def test_the_seven_tools_with_the_seeds_arguments(connect: Connect) -> Non
 
 async def test_seed_walkthrough_rolls_back_newest_first(connect: Connect, workdir: Path) -> None:
     (workdir / "backup.json").write_text("{}")
-    async with connect() as session:
+    async with connect(*UNCONFIRMED) as session:
         saga = await call(session, "saga_begin", name="checkout-flow")
         sid = saga["sagaId"]
         assert saga["status"] == "IN_PROGRESS" and saga["name"] == "checkout-flow"
@@ -97,9 +104,38 @@ async def test_seed_walkthrough_rolls_back_newest_first(connect: Connect, workdi
     assert (workdir / "undo.log").read_text().split() == ["2", "1"]
 
 
-async def test_sagaid_may_be_omitted_as_in_the_seed(connect: Connect, workdir: Path) -> None:
+async def test_the_seeds_rollback_by_default_lists_the_commands_and_undoes_nothing(
+    connect: Connect, workdir: Path
+) -> None:
+    """The issue's case: a client without elicitation, ``rm -f backup.json``, the default."""
     (workdir / "backup.json").write_text("{}")
     async with connect() as session:
+        tools = {t.name: t.description or "" for t in (await session.list_tools()).tools}
+        assert "--confirm-undos elicit" in tools["saga_rollback"]
+        assert "nothing runs" in tools["saga_rollback"]
+        await call(session, "saga_begin", name="checkout-flow")
+        await call(
+            session, "saga_add_step", toolName="create_backup", undoCommand="rm -f backup.json"
+        )
+        await call(session, "saga_complete_step", stepId="step-1")
+        await call(session, "saga_add_step", toolName="generate_label")
+        await call(session, "saga_fail_step", stepId="step-2", error="shipping API down")
+        result = await session.call_tool("saga_rollback", {})
+        assert not result.is_error, text(result)
+        message = text(result)
+        assert message.startswith("Nothing was undone:")
+        assert "rm -f backup.json" in message and str(workdir) in message
+        assert "--confirm-undos run-unconfirmed" in message
+        data = result.structured_content
+        assert data["rolledBack"] == [] and data["status"] == "IN_PROGRESS"
+        assert data["confirmation"]["answer"] == "no-elicitation"
+        assert data["confirmation"]["ran"] is False
+    assert (workdir / "backup.json").exists(), "no person confirmed the undo command"
+
+
+async def test_sagaid_may_be_omitted_as_in_the_seed(connect: Connect, workdir: Path) -> None:
+    (workdir / "backup.json").write_text("{}")
+    async with connect(*UNCONFIRMED) as session:
         assert "saga_begin first" in await call_error(session, "saga_status")
         await call(session, "saga_begin", name="checkout-flow")
         await call(session, "saga_add_step", toolName="create_backup", undoCommand="rm backup.json")
@@ -153,7 +189,7 @@ async def test_a_restart_keeps_the_saga(connect: Connect, workdir: Path) -> None
         )
         await call(session, "saga_complete_step", sagaId=sid, stepId="step-1")
         await call(session, "saga_add_step", sagaId=sid, toolName="upload")
-    async with connect() as session:  # a new server process on the same file
+    async with connect(*UNCONFIRMED) as session:  # a new server process on the same file
         status = await call(session, "saga_status", sagaId=sid)
         assert status["name"] == "survivor" and status["status"] == "IN_PROGRESS"
         assert [(s["stepId"], s["state"]) for s in status["steps"]] == [
@@ -167,7 +203,7 @@ async def test_a_restart_keeps_the_saga(connect: Connect, workdir: Path) -> None
 
 
 async def test_a_failing_or_hanging_undo_command_is_reported(connect: Connect) -> None:
-    async with connect("--timeout", "1") as session:
+    async with connect("--timeout", "1", *UNCONFIRMED) as session:
         sid = (await call(session, "saga_begin", name="stubborn"))["sagaId"]
         await call(session, "saga_add_step", sagaId=sid, toolName="a", undoCommand="sleep 30")
         await call(session, "saga_complete_step", sagaId=sid, stepId="step-1")

@@ -359,7 +359,7 @@ def spool_rows(path: Path) -> int:
 def test_a_spool_in_a_folder_that_does_not_exist_yet_gets_its_folder(
     fake: Any, make_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The README's spool="var/sagaboard.spool", pasted into a fresh project folder.
+    # The quickstart's (docs/agents.md) spool="var/sagaboard.spool", pasted into a fresh folder.
     monkeypatch.chdir(tmp_path)
     store = make_store(spool="var/sagaboard.spool")
     store.apply(bulk_change(1))

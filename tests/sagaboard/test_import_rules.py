@@ -1,6 +1,6 @@
 """sagaboard uses undo_core's public API: no private name imported from it.
 
-import-linter (`make lint`, README "Architecture rules") sees modules: it keeps private
+import-linter (`make lint`, docs/architecture.md) sees modules: it keeps private
 modules (``undo_core.remote._wire``) private. It does not see names, so this test
 reads every module of sagaboard for ``from undo_core... import _name``.
 """

@@ -202,7 +202,9 @@ def test_an_operators_retry_reruns_only_what_was_approved(shop: Project, command
     Step.objects.filter(pk=step.pk).update(pending_action={"action": "retry", "by": "user:op"})
     runner.step_action_run(step.pk)
     assert not ran.exists()
-    assert AuditEntry.objects.filter(action="undo.refused").exists()
+    # The retry waits for a person to approve what would run now (no attempt made).
+    assert AuditEntry.objects.filter(action="step.retry_waits").exists()
+    assert step.attempts.count() == 1
     pending = Approval.objects.get(saga=saga, status="PENDING")
     assert pending.plan["argv"] == ["touch", str(ran)]  # a person must approve the new one
 

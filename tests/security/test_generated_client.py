@@ -25,15 +25,18 @@ from typing import Any
 
 import httpx
 import pytest
+from django.contrib.auth import get_user_model
+from django.http import QueryDict
 from django.test import Client
 
-from sagaboard.domain import operator_actions
+from sagaboard.domain import batches, operator_actions
 from sagaboard.domain.tokens import token_create
 from sagaboard.models import Project, Step
 from tests.support.agent_runs import paused_storebot_events
 from tests.support.hitl import person
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]  # generates a client in a subprocess
+User = get_user_model()
 
 PACKAGE = "sagaboard_generated_client"
 
@@ -193,6 +196,15 @@ def test_a_generated_client_drives_every_operation_and_parses_every_answer(
         saga_id="agent-2", step_id="step-1", body=m.AckIn(action=m.AckInAction.RETRY),
     )  # fmt: skip
     assert ack.acknowledged is m.AckOutAcknowledged.RETRY
+
+    # A batch job an operator ran over the project: its totals and each item's result.
+    olga = User.objects.get(username="olga")
+    job = batches.batch_create(user=olga, action="leave", query=QueryDict("project=shop"),
+                               reason="handled by hand", expected=1)  # fmt: skip
+    batches.batch_run(job.pk)
+    read = api.call("sagaboard_api_batches_get_batch", 200, "BatchJobOut", job_id=job.pk)
+    assert read.state is m.BatchJobOutState.FINISHED and read.totals.succeeded == 1
+    assert read.items[0].result is m.BatchItemOutResult.SUCCEEDED
 
     # The manual flow.
     begun = api.call(

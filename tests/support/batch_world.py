@@ -108,7 +108,7 @@ def crash_seed(n: int = 30) -> None:
 
 
 def screenshot_batch(n: int = 40) -> int:
-    """For the README screenshot: ``n`` more failed undos of refund_payment on the demo, a
+    """For the batch job's screenshot: ``n`` more failed undos of refund_payment on the demo, a
     colleague's retry of three of them, then a "leave failed" over all of them, run here."""
     import time
 

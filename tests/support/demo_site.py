@@ -1,5 +1,5 @@
 """The demo on a live server, with something on every page: for the accessibility test
-(tests/e2e/test_accessibility_browser.py) and the README screenshots (scripts/screenshots.py).
+(tests/e2e/test_accessibility_browser.py) and the docs' screenshots (scripts/screenshots.py).
 
 The demo (sagaboard.demo) brings sagas in every state: completed, running, rolled back, an
 undo rejected, one waiting in the approval queue, a ROLLBACK_FAILED one halted on a failed

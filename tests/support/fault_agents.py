@@ -37,9 +37,12 @@ __all__ = [
 TOOLS = [define_tool(f"fault_tool_{n}", lambda i: {"ok": i}, lambda o, i: None) for n in range(3)]
 
 
+# The demo's approval the demo login may decide: its other pending ones were posted with a
+# token demo made (four eyes: not demo's to decide).
 PENDING = (
     "import json; from sagaboard.models import Approval; "
-    "a = Approval.objects.select_related('saga').get(status='PENDING'); "
+    "a = Approval.objects.select_related('saga')"
+    ".get(status='PENDING', saga__saga_id='demo-refund-awaiting'); "
     "print(json.dumps({'id': a.pk, 'saga_id': a.saga.saga_id}))"
 )
 ATTEMPTS = (

@@ -14,12 +14,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import redis
@@ -323,34 +325,109 @@ def session_cookie(base: str, username: str = "demo", password: str = "demo") ->
 
 REDIS_SERVER = os.environ.get("SAGABOARD_BENCH_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
 RELAY_KEYS = ("sagaboard:relay:leader", "sagaboard:relay:cursor")
-CLAIM = "sagaboard:bench:claim"
+CLAIM = "sagaboard:test:redis-claim:{index}"
+"""The claim of one database index, kept in database 0 (which is never handed out), so
+that whatever a holder does to its own index (``flushdb``) leaves every claim alone."""
+CLAIM_WAIT_SECONDS = 600.0
+_MINE = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end "
+_RENEW = _MINE + "return redis.call('expire', KEYS[1], ARGV[2])"
+_RELEASE = _MINE + "return redis.call('del', KEYS[1])"
+
+
+def redis_index_url(url: str, index: int) -> str:
+    """``url`` (with or without a database index) on database ``index``."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{index}"))
+
+
+def redis_index(url: str) -> int | None:
+    """The database index ``url`` names (``redis://host:6379/5``: 5), or None."""
+    path = urlsplit(url).path.strip("/")
+    return int(path) if path.isdigit() else None
 
 
 @contextmanager
-def redis_scratch(server: str = REDIS_SERVER, hold_seconds: int = 600) -> Iterator[str]:
-    """A Redis URL on a database index no other run holds, without relay keys left in it.
+def redis_database(
+    url: str = REDIS_SERVER, *, flush: bool = True, hold_seconds: int = 60
+) -> Iterator[str]:
+    """A Redis URL on a database index that this run alone holds until the block ends.
 
-    Why: the relay lease and cursor keys do not name the database they belong to. A
-    cursor left by an earlier run (another, bigger event log) makes a fresh cluster's
-    relay skip every event below it, and two clusters on one index share one lease,
-    so one of them has no relay at all. Each run claims an index (SET NX, expiring)
-    and clears only that index's relay keys. Pub/sub channels are global to the
-    Redis server whatever the index, so concurrent runs can still hear each other.
+    ``url`` names the server, and may name an index (an environment variable's override:
+    ``redis://127.0.0.1:6379/7``): that index is claimed, else any free one of 1-15. A
+    claim another run holds is waited for, up to ``CLAIM_WAIT_SECONDS``. The index is
+    flushed on entry and on exit unless ``flush`` is false (nobody else is on it).
+
+    Why: every test that runs a Celery worker, a relay or a channel layer on Redis goes
+    through here. Celery's queue (``celery``) and the relay's keys do not name the run they
+    belong to, so two runs on one index take each other's tasks (a worker runs
+    ``rollback_continue(pk)`` of another site against its own database and the other
+    site's saga stays COMPENSATING) or share one relay lease. Under pytest-xdist that
+    happens within one test run: a module's tests are spread over the processes, and
+    each process that runs one sets up the module's fixtures of its own. A message left
+    on an index by a killed run is flushed before the next holder starts.
+
+    The claim (``CLAIM``, in database 0: SET NX with a token of this run's) expires after
+    ``hold_seconds`` and a thread renews it every third of that while the block runs, so
+    the claim of a run that was killed lapses within ``hold_seconds``.
+    Pub/sub channels are global to the Redis server whatever the index: concurrent runs
+    still hear each other unless their ``SAGABOARD_REDIS_PREFIX`` differ.
     """
-    for index in random.sample(range(1, 16), 15):
-        url = f"{server}/{index}"
-        client = redis.Redis.from_url(url, socket_timeout=5)
+    wanted = redis_index(url)
+    if wanted == 0:
+        raise ValueError(f"{url}: database 0 keeps the claims; name another index, or none")
+    claims = redis.Redis.from_url(redis_index_url(url, 0), socket_timeout=5)
+    token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+    try:
+        index = _claim(claims, [wanted] if wanted else list(range(1, 16)), token, hold_seconds)
+        key = CLAIM.format(index=index)
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(hold_seconds / 3):
+                with contextlib.suppress(redis.RedisError):
+                    claims.eval(_RENEW, 1, key, token, hold_seconds)
+
+        keeper = threading.Thread(target=renew, name=f"redis-claim-{index}", daemon=True)
+        keeper.start()
+        claimed = redis_index_url(url, index)
+        target = redis.Redis.from_url(claimed, socket_timeout=5)
         try:
-            if client.set(CLAIM, uuid.uuid4().hex, nx=True, ex=hold_seconds):
-                client.delete(*RELAY_KEYS)
-                try:
-                    yield url
-                finally:
-                    client.delete(*RELAY_KEYS, CLAIM)
-                return
+            if flush:
+                target.flushdb()
+            yield claimed
         finally:
-            client.close()
-    raise RuntimeError(f"no free Redis database index on {server} (1-15 all claimed)")
+            try:
+                if flush:
+                    target.flushdb()
+            finally:
+                target.close()
+                stop.set()
+                keeper.join()
+                claims.eval(_RELEASE, 1, key, token)
+    finally:
+        claims.close()
+
+
+def _claim(claims: redis.Redis, indexes: list[int], token: str, hold_seconds: int) -> int:
+    """One of ``indexes`` claimed for ``token`` (waiting while all are held)."""
+    deadline = time.monotonic() + CLAIM_WAIT_SECONDS
+    while True:
+        for index in random.sample(indexes, len(indexes)):
+            if claims.set(CLAIM.format(index=index), token, nx=True, ex=hold_seconds):
+                return index
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"no free Redis database index among {indexes} within {CLAIM_WAIT_SECONDS:g} s"
+            )
+        time.sleep(0.5)
+
+
+def redis_scratch(
+    server: str = REDIS_SERVER, hold_seconds: int = 600
+) -> contextlib.AbstractContextManager[str]:
+    """``redis_database(server)``: a flushed index of this run's own (relay keys included:
+    a cursor left by an earlier run would make a fresh cluster's relay skip events)."""
+    return redis_database(server, hold_seconds=hold_seconds)
 
 
 # Migrate, then the demo project under a pk of our choosing, its sagas and the demo/demo

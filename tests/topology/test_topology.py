@@ -51,8 +51,8 @@ What must hold at the end (every wait bounded in time, every loop in count):
 Redis: the run's own ``SAGABOARD_REDIS_PREFIX`` names the relay's keys and the channel
 layer's channels. Celery's queue ignores that prefix (a product bug, see
 ``test_every_redis_name_carries_the_installation_prefix``), so every process runs
-``tests.support.topology_settings``, which only gives the run a queue of its own. Whatever the run
-left in Redis is deleted at the end.
+``tests.support.topology_settings``, which only gives the run a queue of its own. The run's
+Redis index (``redis_database``) is flushed at the end.
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ import contextlib
 import json
 import logging
 import os
-import random
 import re
 import subprocess
 import sys
@@ -69,9 +68,9 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,13 +81,13 @@ from websockets.sync.client import ClientConnection, connect
 from websockets.typing import Origin
 
 from tests.support.live_server import (
-    CLAIM,
     ROOT,
     Proxy,
     Server,
     Worker,
     load_demo,
     manage,
+    redis_database,
     session_cookie,
     temp_database,
 )
@@ -98,9 +97,8 @@ from undo_core.remote import SagaboardClient, SagaboardStore
 pytestmark = pytest.mark.slow
 
 PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
+# A server, or an index to claim (``redis_database``: a flushed index of this run's own).
 REDIS_SERVER = os.environ.get("SAGABOARD_TOPOLOGY_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
-# Indexes other tests use without claiming them (one of them flushes its index).
-UNCLAIMED_INDEXES = {0, 5, 7}
 
 SERVER_SAGAS, MIRRORED_COMPLETED, MIRRORED_ROLLED_BACK = 67, 67, 66
 DRIVERS = 4  # sagas driven at once (2 CPUs run everything here)
@@ -116,47 +114,6 @@ LOG_ID = re.compile(r'data-last="(\d+)"')
 ROW = re.compile(
     r'<tr id="saga-\d+">.*?<code class="muted">([^<]+)</code>.*?title="([A-Z_]+)"', re.S
 )
-
-
-# ---------------------------------------------------------------- Redis
-
-
-@contextmanager
-def redis_database(names: str) -> Iterator[str]:
-    """A Redis URL on a database index claimed for this run (the same claim as
-    ``benchmarks.live_latency.redis_scratch``); on exit every key whose name contains
-    ``names`` (the run's prefix and queue) is deleted, with the run's unacked messages.
-    """
-    import redis
-
-    for index in random.sample(sorted(set(range(1, 16)) - UNCLAIMED_INDEXES), 12):
-        url = f"{REDIS_SERVER}/{index}"
-        client = redis.Redis.from_url(url, socket_timeout=5)
-        try:
-            token = uuid.uuid4().hex
-            if not client.set(CLAIM, token, nx=True, ex=900):
-                continue
-            try:
-                yield url
-            finally:
-                _redis_cleanup(client, names)
-                if client.get(CLAIM) == token.encode():
-                    client.delete(CLAIM)
-            return
-        finally:
-            client.close()
-    raise RuntimeError(f"no free Redis database index on {REDIS_SERVER}")
-
-
-def _redis_cleanup(client: Any, names: str) -> None:
-    keys = list(client.scan_iter(match=f"*{names}*", count=1000))
-    if keys:
-        client.delete(*keys)
-    for tag, raw in client.hgetall("unacked").items():  # the killed worker's message
-        with contextlib.suppress(ValueError, IndexError, TypeError):
-            if names in str(json.loads(raw)[2]):
-                client.hdel("unacked", tag)
-                client.zrem("unacked_index", tag)
 
 
 # ---------------------------------------------------------------- processes
@@ -396,7 +353,7 @@ def test_two_web_processes_two_workers_200_sagas_a_worker_killed_mid_undo(
         url = stack.enter_context(temp_database("postgres" if PG else "sqlite", tmp_path))
         load_demo(url)  # the demo project (random pk), its sagas, the demo/demo login
         token = manage(url, "sagaboard_token", "create", "demo", "--label", "topology")
-        redis_url = stack.enter_context(redis_database(names))
+        redis_url = stack.enter_context(redis_database(REDIS_SERVER))
         phases["setup"] = time.monotonic() - began
 
         env = {
@@ -688,7 +645,7 @@ class NotPrefixed(AssertionError):
 def test_every_redis_name_carries_the_installation_prefix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """README: ``SAGABOARD_REDIS_PREFIX`` is the "prefix of every name in Redis; one per
+    """docs/configuration.md: ``SAGABOARD_REDIS_PREFIX``, "prefix of every name in Redis; one per
     installation sharing a Redis". The relay's keys and the channel layer's channels have
     it; Celery's queue does not: with REDIS_URL as the broker, every installation sends
     its tasks to ``celery`` (and ``_kombu.binding.celery``) on the broker's database, so
@@ -696,7 +653,7 @@ def test_every_redis_name_carries_the_installation_prefix(
     ``rollback_continue(pk)`` of another installation against its own database).
     """
     prefix = f"sagaboard-prefix-{uuid.uuid4().hex[:8]}"
-    with redis_database(prefix) as redis_url:
+    with redis_database(REDIS_SERVER) as redis_url:
         import redis
 
         client = redis.Redis.from_url(redis_url, socket_timeout=5)

@@ -151,7 +151,7 @@ def test_both_mcp_modes_answer_a_step_with_the_same_keys() -> None:
     step = _step()
     local = _local_step(step, full=True)
     connected = _remote_step(record_json(step), "COMPENSATING", full=True)
-    assert set(connected) - set(local) == {"where"}
+    assert set(connected) - set(local) == {"where", "undoRunner"}
     assert {k: connected[k] for k in local} == local
     assert local["undoAttempts"][0] == {
         "number": 1,
@@ -161,3 +161,19 @@ def test_both_mcp_modes_answer_a_step_with_the_same_keys() -> None:
         "error": "HTTP 503",
         "actor": "worker-1",
     }
+
+
+def test_the_connected_mcp_reply_says_who_runs_a_waiting_undo_as_sagaboard_says() -> None:
+    """``undo_runner`` is sagaboard's one answer: an agent's undo is never "waiting for its
+    undo" (no worker will run it), and a step with no undo has nothing to undo."""
+    said = {
+        runner: _remote_step(
+            {"id": "step-1", "state": "COMPLETED", "has_undo": runner != "nothing",
+             "undo_runner": runner}, "ROLLBACK_FAILED",
+        )["where"]
+        for runner in ("sagaboard", "agent", "nothing")
+    }  # fmt: skip
+    assert said["sagaboard"].startswith("waiting for its undo")
+    assert said["agent"].startswith("its undo lives in the agent's process")
+    assert "force-resolves" in said["agent"]
+    assert said["nothing"].startswith("done, no undo: nothing to undo")

@@ -458,7 +458,7 @@ def test_a_sqlite_store_in_a_folder_that_does_not_exist_yet_gets_its_folder(
 ) -> None:
     from undo_core import SQLiteStore, StoreError
 
-    store = SQLiteStore(tmp_path / "var" / "agent-sagas.sqlite3")  # the README's path
+    store = SQLiteStore(tmp_path / "var" / "agent-sagas.sqlite3")  # docs/engine.md's path
     store.close()
     assert (tmp_path / "var" / "agent-sagas.sqlite3").is_file()
     blocker = tmp_path / "notes.txt"

@@ -474,19 +474,26 @@ _WHERE = {
 }
 
 
+_WAITING = {
+    "sagaboard": "waiting for its undo (a command undo needs an approver's decision in the "
+    "dashboard)",
+    "nothing": "done, no undo: nothing to undo, its side effects remain",
+    "agent": "its undo lives in the agent's process: sagaboard's workers never run it; an "
+    "operator undoes it by hand and force-resolves it, or leaves it, in the dashboard",
+}
+
+
 def _remote_step(
     step: Mapping[str, Any], saga_status: str, *, full: bool = False
 ) -> dict[str, Any]:
     undo = step.get("undo") if isinstance(step.get("undo"), dict) else None
     state = str(step.get("state"))
     where = _WHERE.get(state, state)
+    # Who runs the undo is sagaboard's one answer (``undo_runner``), never guessed here.
+    runner = step.get("undo_runner") or ("sagaboard" if step.get("has_undo", True) else "nothing")
     if state == "COMPLETED" and saga_status in ("COMPENSATING", "ROLLBACK_FAILED"):
-        where = (
-            "waiting for its undo (a command undo needs an approver's decision in the dashboard)"
-            if step.get("has_undo", True)
-            else "done, no undo: its side effects remain"
-        )
-    out = {**_step_fields(step, full=full), "where": where}
+        where = _WAITING.get(str(runner), _WAITING["sagaboard"])
+    out = {**_step_fields(step, full=full), "where": where, "undoRunner": runner}
     if undo is not None and undo.get("kind") == "command":
         out["undoCommand"] = undo.get("command")
     return out
@@ -616,7 +623,10 @@ class RemoteBackend:
         queue = f"{self.url}/approvals/"
         page = self._saga_page(saga)
         if commands:
-            ids = ", ".join(f'"{s["stepId"]}" ({s["toolName"]})' for s in commands)
+            ids = "; ".join(
+                f'"{s["stepId"]}" ({s["toolName"]}, undo command: {s["undoCommand"]})'
+                for s in commands
+            )
             text += (
                 f" Undo commands always need approval: {ids} wait for an approver in the "
                 f"dashboard. Decide there, not in this chat: the approval queue {queue}"

@@ -4,17 +4,24 @@ In standalone mode an undo command is a shell command line an agent wrote, run w
 server's rights: the person should see it (the exact command, the directory, the step it
 undoes) and say yes before it runs. The MCP client shows the question (elicitation, a flat
 form: a ``confirm`` box and an optional ``reason``); only an accepted, confirmed answer runs
-the rollback. A decline, a cancel, no answer within the timeout or a client that fails to ask
-runs nothing, and the tool result says so. ``--confirm-undos`` chooses (:data:`CONFIRM_UNDOS`):
+the rollback. A decline, a cancel, no answer within the timeout, a client that fails to ask or
+a client that cannot ask at all runs nothing, and the tool result says so and lists the
+commands. ``--confirm-undos`` chooses (:data:`CONFIRM_UNDOS`):
 
 ``elicit`` (the default)
     ask when the client declares the ``elicitation`` capability; a client that declares none
-    cannot ask, and keeps the behaviour undo-mcp always had (the commands run without asking,
-    and the result says so), so existing setups do not break.
-``never``
-    never ask (the behaviour before elicitation).
+    cannot ask, so nothing runs: the result lists the commands and how a person can have them
+    run (by hand, a client that can ask, connected mode's approval queue, or the flag below).
 ``always-refuse``
     never run an undo command; the result lists them and where to run them by hand.
+``run-unconfirmed``
+    never ask: run the agent's commands at once, as agent-undo's MCP server does. The opt-in
+    for a setup that accepts agent-written shell commands running unreviewed; its name says so.
+
+``never`` (the spelling of "never ask" before ``run-unconfirmed``) is a deprecated alias that
+now refuses like ``always-refuse`` (:data:`DEPRECATED_CONFIRM_UNDOS`): its name does not say
+that commands run unreviewed, and a configuration written for the old behaviour must not keep
+running them silently; whoever wants that spells ``run-unconfirmed``.
 
 The question is a ``Resolve`` parameter of ``saga_rollback`` (the SDK's resolver form): it
 works on both protocol eras, as a mid-call ``elicitation/create`` request (up to 2025-11-25,
@@ -50,6 +57,7 @@ __all__ = [
     "CONFIRM_UNDOS",
     "DEFAULT_CONFIRM_TIMEOUT",
     "DEFAULT_CONFIRM_UNDOS",
+    "DEPRECATED_CONFIRM_UNDOS",
     "ConfirmUndos",
     "UndoConfirmation",
     "UndoGate",
@@ -60,9 +68,11 @@ __all__ = [
 
 log = logging.getLogger("undo_core.mcp")
 
-ConfirmUndos = Literal["never", "elicit", "always-refuse"]
+ConfirmUndos = Literal["elicit", "always-refuse", "run-unconfirmed"]
 CONFIRM_UNDOS: tuple[ConfirmUndos, ...] = get_args(ConfirmUndos)
 DEFAULT_CONFIRM_UNDOS: ConfirmUndos = "elicit"
+DEPRECATED_CONFIRM_UNDOS: dict[str, ConfirmUndos] = {"never": "always-refuse"}
+"""Old spellings still accepted, and the mode each now means (never one that runs unasked)."""
 DEFAULT_CONFIRM_TIMEOUT = 300.0
 """Seconds the person has to answer (mid-call protocol); then nothing runs."""
 
@@ -92,11 +102,12 @@ class UndoConfirmation(BaseModel):
 class Verdict:
     """Whether ``saga_rollback`` may run its undo commands, and why (said in the result).
 
-    ``why``: ``nothing-to-confirm`` (no command would run), ``never`` (``--confirm-undos
-    never``), ``no-elicitation`` (the client cannot ask: run as before), ``accepted``,
-    ``declined``, ``cancelled``, ``timeout``, ``unsupported`` (the client declared
-    elicitation but answered "not supported"), ``failed`` (the question could not be asked)
-    or ``refused`` (``--confirm-undos always-refuse``).
+    ``why``: ``nothing-to-confirm`` (no command would run), ``unconfirmed`` (``--confirm-undos
+    run-unconfirmed``: ran, nobody asked), ``no-elicitation`` (the client cannot ask, so
+    nothing runs), ``accepted``, ``declined``, ``cancelled``, ``timeout``, ``unsupported`` (the
+    client declared elicitation but answered "not supported"), ``failed`` (the question could
+    not be asked) or ``refused`` (``--confirm-undos always-refuse``, or the deprecated
+    ``never``).
     """
 
     run: bool
@@ -143,22 +154,47 @@ def _can_elicit(ctx: Context[Any, Any]) -> bool:
     return found is not None and (found.form is not None or found.url is None)
 
 
+_RUN_UNCONFIRMED_RISK = (
+    "undo-mcp runs every undo command at once, without asking anyone to confirm it "
+    "(--confirm-undos run-unconfirmed): each is a shell command line an agent wrote, run "
+    "through /bin/sh -c with the server's rights"
+)
+
+
 class UndoGate:
-    """Decides, per ``saga_rollback`` call, whether standalone mode may run the undo commands."""
+    """Decides, per ``saga_rollback`` call, whether standalone mode may run the undo commands.
+
+    ``mode`` is one of :data:`CONFIRM_UNDOS` or a deprecated spelling
+    (:data:`DEPRECATED_CONFIRM_UNDOS`); ``self.mode`` is the mode it means, ``self.requested``
+    what was asked for.
+    """
 
     def __init__(
         self,
         backend: LocalBackend,
-        mode: ConfirmUndos = DEFAULT_CONFIRM_UNDOS,
+        mode: str = DEFAULT_CONFIRM_UNDOS,
         *,
         timeout: float = DEFAULT_CONFIRM_TIMEOUT,
     ) -> None:
-        if mode not in CONFIRM_UNDOS:
+        if mode in DEPRECATED_CONFIRM_UNDOS:
+            effective = DEPRECATED_CONFIRM_UNDOS[mode]
+            log.warning(
+                "--confirm-undos %s is deprecated and now means %s (no undo command runs); "
+                "to run undo commands nobody confirmed, use --confirm-undos run-unconfirmed",
+                mode,
+                effective,
+            )
+        elif mode in CONFIRM_UNDOS:
+            effective = next(m for m in CONFIRM_UNDOS if m == mode)
+        else:
             raise ValueError(f"confirm_undos must be one of {', '.join(CONFIRM_UNDOS)}: {mode!r}")
         if timeout <= 0:
             raise ValueError("the confirmation timeout must be > 0 seconds")
+        if effective == "run-unconfirmed":
+            log.warning("%s", _RUN_UNCONFIRMED_RISK)
         self.backend = backend
-        self.mode = mode
+        self.mode: ConfirmUndos = effective
+        self.requested = mode
         self.timeout = timeout
 
     async def ask(
@@ -174,12 +210,12 @@ class UndoGate:
             return Verdict(True, "nothing-to-confirm")
         if not plan.undos:
             return Verdict(True, "nothing-to-confirm", plan)
-        if self.mode == "never":
-            return Verdict(True, "never", plan)
+        if self.mode == "run-unconfirmed":
+            return Verdict(True, "unconfirmed", plan)
         if self.mode == "always-refuse":
             return Verdict(False, "refused", plan)
-        if not _can_elicit(ctx):
-            return Verdict(True, "no-elicitation", plan)
+        if not _can_elicit(ctx):  # nobody can be asked, so nobody confirms: nothing runs
+            return Verdict(False, "no-elicitation", plan)
         message = confirmation_message(plan)
         if (ctx.protocol_version or "") >= _INPUT_REQUIRED_PROTOCOL:
             # The SDK returns an InputRequiredResult and the client retries with the answer;
@@ -254,8 +290,20 @@ class UndoGate:
             f"({verdict.detail}), so nobody confirmed the undo commands.",
             "failed": f"the question could not be asked ({verdict.detail}), so nobody "
             "confirmed the undo commands.",
-            "refused": "this undo-mcp never runs undo commands (--confirm-undos always-refuse).",
+            "no-elicitation": "this MCP client cannot ask the person to confirm the undo "
+            "commands (it declares no elicitation capability), and undo-mcp never runs an undo "
+            "command that no person confirmed.",
+            "refused": self._refused(),
         }.get(verdict.why, f"not confirmed ({verdict.why}).")
+
+    def _refused(self) -> str:
+        if self.requested != self.mode:  # a deprecated spelling
+            return (
+                f"this undo-mcp never runs undo commands (--confirm-undos {self.requested}, a "
+                f"deprecated spelling that now means {self.mode}; running them unconfirmed is "
+                "--confirm-undos run-unconfirmed)."
+            )
+        return "this undo-mcp never runs undo commands (--confirm-undos always-refuse)."
 
     def _next(self, plan: UndoPlan, verdict: Verdict) -> str:
         listed = f"The undo commands, newest first, in {plan.cwd}:\n{_commands(plan)}"
@@ -263,6 +311,16 @@ class UndoGate:
             return (
                 "To undo, a person runs them in a terminal, in that directory, newest first "
                 "(or restarts undo-mcp with --confirm-undos elicit to be asked in the chat). "
+                + listed
+            )
+        if verdict.why == "no-elicitation":
+            return (
+                "Show the person these commands. To have them undone, a person can: run them "
+                "in a terminal, in that directory, newest first; use an MCP client that supports "
+                "elicitation (saga_rollback then asks in the chat); connect undo-mcp to sagaboard "
+                "(--url), where each undo command waits for a person's approval in the approval "
+                "queue; or, accepting that agent-written shell commands then run unreviewed with "
+                "the server's rights, restart undo-mcp with --confirm-undos run-unconfirmed. "
                 + listed
             )
         return "Ask the person what to do; saga_rollback asks again. " + listed
@@ -276,27 +334,52 @@ class UndoGate:
             "ran": verdict.run,
             "reason": verdict.reason,
         }
+        if self.requested != self.mode:
+            data["deprecatedMode"] = self.requested
         if verdict.why == "no-elicitation":
             data["note"] = (
-                "ran without asking: this MCP client cannot ask the person (no elicitation "
-                "capability); start undo-mcp with --confirm-undos always-refuse to stop that"
+                "nothing ran: this MCP client cannot ask the person (no elicitation "
+                "capability), and nobody confirmed the undo commands; a person runs them by "
+                "hand, or uses a client that can ask, or connected mode (--url, the approval "
+                "queue), or restarts undo-mcp with --confirm-undos run-unconfirmed to run "
+                "unconfirmed commands"
             )
+        elif verdict.why == "unconfirmed":
+            data["note"] = "ran without anyone confirming: " + _RUN_UNCONFIRMED_RISK
         return data
 
     def description(self) -> str:
-        """``saga_rollback``'s description: the model must know a person may say no."""
+        """``saga_rollback``'s description: the model must know what the mode does."""
         head = "Run the undo command of every completed step, in reverse order (newest first)."
-        return (
-            head
-            + {
-                "elicit": " Before any command runs, the person is asked in the chat (when the "
-                "client can ask) to confirm the exact commands; if they decline, cancel or do not "
-                "answer, nothing runs and the result says so.",
-                "never": "",
-                "always-refuse": " This server never runs undo commands: the result lists them and "
-                "where a person can run them.",
-            }[self.mode]
-        )
+        said = {
+            "elicit": " Before any command runs, the person is asked in the chat to confirm the "
+            "exact commands; if they decline, cancel or do not answer, nothing runs and the "
+            "result says so. If this MCP client cannot ask (no elicitation support), nothing "
+            "runs: the result lists the commands and how a person can have them run. No undo "
+            "command runs unless a person confirmed it (--confirm-undos elicit).",
+            "always-refuse": " This server never runs undo commands ("
+            + self._flag()
+            + "): the result lists them and where a person can run them.",
+            "run-unconfirmed": " WARNING: " + _RUN_UNCONFIRMED_RISK + ". Nobody is asked.",
+        }
+        return head + said[self.mode]
+
+    def step_note(self) -> str:
+        """What ``saga_add_step``'s description adds: what becomes of the undo command."""
+        return {
+            "elicit": " On saga_rollback the command runs only after the person confirms it in "
+            "the chat; an MCP client that cannot ask gets it listed, and it does not run.",
+            "always-refuse": " This server never runs it (" + self._flag() + "): on "
+            "saga_rollback it is listed for a person to run by hand.",
+            "run-unconfirmed": " WARNING: on saga_rollback it runs through /bin/sh -c with "
+            "the server's rights, without anyone confirming it (--confirm-undos "
+            "run-unconfirmed).",
+        }[self.mode]
+
+    def _flag(self) -> str:
+        if self.requested != self.mode:
+            return f"--confirm-undos {self.requested}, deprecated: now {self.mode}"
+        return f"--confirm-undos {self.mode}"
 
 
 def add_rollback_tool(

@@ -15,7 +15,9 @@ keeps the sagas in a SQLite file (they survive a restart) and, on
 through ``/bin/sh -c`` in the server's working directory (or ``--cwd``), as the
 seed does, each killed after ``--timeout`` seconds. Before it runs any, it asks the person in
 the chat to confirm the exact commands (MCP elicitation, ``--confirm-undos``, see
-``confirm.py``); a decline, cancel or no answer runs nothing.
+``confirm.py``); a decline, cancel or no answer runs nothing, and neither does a client that
+cannot ask (it gets the commands listed). Unlike the seed, which runs the agent's commands at
+once, none runs unconfirmed unless undo-mcp is started with ``--confirm-undos run-unconfirmed``.
 
 Connected::
 
@@ -51,7 +53,7 @@ from .confirm import (
     CONFIRM_UNDOS,
     DEFAULT_CONFIRM_TIMEOUT,
     DEFAULT_CONFIRM_UNDOS,
-    ConfirmUndos,
+    DEPRECATED_CONFIRM_UNDOS,
     UndoGate,
     add_rollback_tool,
 )
@@ -66,8 +68,18 @@ Track a multi-step task as a saga so its side effects can be undone if it fails.
 Call saga_begin, then for every side-effecting action: saga_add_step (with an
 undoCommand, a shell command that reverses it) before running it, and
 saga_complete_step or saga_fail_step after. If the task cannot finish, call
-saga_rollback: the undo commands of the completed steps run newest first.
+saga_rollback: {gate}.
 Tools that take sagaId use the last saga begun in this session when it is omitted."""
+
+_GATE_INSTRUCTIONS = {  # what saga_rollback does with the undo commands, per --confirm-undos
+    "elicit": "the undo commands of the completed steps run newest first, once the person "
+    "confirms them in the chat (if this client cannot ask, nothing runs and the result lists "
+    "them)",
+    "always-refuse": "this server never runs the undo commands; it lists them, newest first, "
+    "for a person to run by hand",
+    "run-unconfirmed": "the undo commands of the completed steps run newest first, at once, "
+    "without anyone confirming them (--confirm-undos run-unconfirmed)",
+}
 
 
 def _result(reply: Reply) -> CallToolResult:
@@ -136,10 +148,17 @@ _CONNECTED = {
 }
 
 
+_STANDALONE_ADD_STEP = (
+    "Register a step (PENDING) with the shell command that undoes it; returns its stepId. "
+    "Call it before running the side-effecting action. Without undoCommand the step is "
+    "tracked but nothing undoes it."
+)
+
+
 def build_server(
     backend: Backend,
     *,
-    confirm_undos: ConfirmUndos = DEFAULT_CONFIRM_UNDOS,
+    confirm_undos: str = DEFAULT_CONFIRM_UNDOS,
     confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT,
 ) -> MCPServer[Any]:
     """The MCP server with the seven saga tools, bound to ``backend``.
@@ -147,22 +166,34 @@ def build_server(
     The tools' descriptions follow the backend's mode: in connected mode the undos run in
     sagaboard after an approval, not here, and the descriptions say so. In standalone mode
     ``confirm_undos`` says whether ``saga_rollback`` asks the person in the chat before it
-    runs undo commands (``undo_core.mcp.confirm``); connected mode ignores it.
+    runs undo commands (``undo_core.mcp.confirm``: by default it runs none that no person
+    confirmed), and the descriptions say what it chose; connected mode ignores it.
     """
     connected = backend.mode == "connected"
-    server: MCPServer[Any] = MCPServer(
-        "undo-mcp", instructions=_CONNECTED_INSTRUCTIONS if connected else _INSTRUCTIONS
+    gate = None
+    if isinstance(backend, LocalBackend):  # undo commands run here: ask the person first
+        gate = UndoGate(backend, confirm_undos, timeout=confirm_timeout)
+    instructions = (
+        _CONNECTED_INSTRUCTIONS
+        if gate is None
+        else _INSTRUCTIONS.format(gate=_GATE_INSTRUCTIONS[gate.mode])
     )
+    server: MCPServer[Any] = MCPServer("undo-mcp", instructions=instructions)
 
     def about(name: str) -> str | None:
         return _CONNECTED[name] if connected else None  # None: the function's docstring
+
+    def add_step_about() -> str | None:
+        if gate is None:
+            return about("saga_add_step")
+        return _STANDALONE_ADD_STEP + gate.step_note()
 
     @server.tool(description=about("saga_begin"))
     def saga_begin(name: str | None = None) -> CallToolResult:
         """Start a new saga transaction. Returns its sagaId."""
         return _call("saga_begin", lambda: backend.begin(name))
 
-    @server.tool(description=about("saga_add_step"))
+    @server.tool(description=add_step_about())
     def saga_add_step(
         toolName: str,
         sagaId: str | None = None,
@@ -190,8 +221,7 @@ def build_server(
         """Mark a step as failed. The saga stays open: call saga_rollback to undo."""
         return _call("saga_fail_step", lambda: backend.fail_step(sagaId, stepId, error))
 
-    if isinstance(backend, LocalBackend):  # undo commands run here: ask the person first
-        gate = UndoGate(backend, confirm_undos, timeout=confirm_timeout)
+    if gate is not None:
         add_rollback_tool(server, gate, _call)
     else:  # connected: sagaboard's approval queue decides, never this chat
 
@@ -216,7 +246,12 @@ def build_server(
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="undo-mcp",
-        description="MCP server (stdio) that tracks an agent's steps as sagas and undoes them.",
+        description="MCP server (stdio) that tracks an agent's steps as sagas and undoes them. "
+        "Unlike agent-undo's MCP server (agent-undo-mcp), whose saga_rollback runs every "
+        "agent-supplied undoCommand at once, undo-mcp never runs an undo command that no "
+        "person confirmed, unless started with --confirm-undos run-unconfirmed: by default it "
+        "asks in the chat (MCP elicitation), and a client that cannot ask gets the commands "
+        "listed and nothing undone.",
     )
     p.add_argument(
         "--db",
@@ -237,14 +272,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--confirm-undos",
-        choices=CONFIRM_UNDOS,
+        choices=(*CONFIRM_UNDOS, *DEPRECATED_CONFIRM_UNDOS),
+        metavar="{" + ",".join(CONFIRM_UNDOS) + "}",
         default=os.environ.get("UNDO_MCP_CONFIRM_UNDOS") or DEFAULT_CONFIRM_UNDOS,
-        help="standalone mode: before saga_rollback runs undo commands, "
-        "'elicit' asks the person in the chat (MCP elicitation) to confirm the exact commands, "
-        "and runs nothing on decline, cancel or no answer; a client without elicitation "
-        "cannot ask, and its rollbacks run without asking, as before. "
-        "'never' never asks (runs them at once); 'always-refuse' never runs undo commands "
-        "(the result lists them for a person to run by hand). "
+        help="standalone mode: what saga_rollback does with the undo commands (shell command "
+        "lines an agent wrote). "
+        "'elicit' asks the person in the chat (MCP elicitation) to confirm the exact commands "
+        "and runs them only on a yes; a decline, cancel or no answer runs nothing, and so does "
+        "a client without elicitation, which cannot ask: it gets the commands listed and "
+        "'nothing was undone'. "
+        "'always-refuse' never runs undo commands (the result lists them for a person to run "
+        "by hand). "
+        "'run-unconfirmed' runs them at once without asking anyone, as agent-undo's MCP server "
+        "does: agent-written shell commands then run unreviewed with this server's rights. "
+        "'never' is a deprecated spelling that now means always-refuse. "
         "Default %(default)s (or $UNDO_MCP_CONFIRM_UNDOS). Connected mode ignores it: "
         "sagaboard's approval queue decides there",
     )
@@ -279,7 +320,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Console script ``undo-mcp``: serve the saga tools over stdio until stdin closes."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout is the MCP stream
-    if args.confirm_undos not in CONFIRM_UNDOS:  # argparse does not check an env default
+    accepted = (*CONFIRM_UNDOS, *DEPRECATED_CONFIRM_UNDOS)
+    if args.confirm_undos not in accepted:  # argparse does not check an env default
         raise SystemExit(
             f"undo-mcp: --confirm-undos (or $UNDO_MCP_CONFIRM_UNDOS) must be one of "
             f"{', '.join(CONFIRM_UNDOS)}, got {args.confirm_undos!r}"

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.http import QueryDict
 
-from sagaboard.domain import batches, jobs, operator_actions
+from sagaboard.domain import batches, decisions, jobs, operator_actions
 from sagaboard.domain.approvals import DecisionRefused
 from sagaboard.models import Approval, AuditEntry, BatchItem, BatchJob, Project, Step
 from tests.support.batch_world import failed_undos
@@ -128,11 +128,18 @@ def test_chunks_record_progress_and_the_job_is_audited_as_one_operation_with_its
         return done
 
     monkeypatch.setattr(batches, "_chunk_run", chunk)
-    assert batches.batch_run(job.pk, chunk=3) == "finished"
+    # Every request made; the agent's SDK carries a resolve out: not finished until it has.
+    assert batches.batch_run(job.pk, chunk=3) == "finishing"
     assert seen == [3, 6, 7]
     job.refresh_from_db()
-    assert job.counts == {"requested": 7}  # the agent's SDK carries a resolve out
-    assert job.lease_owner is None and job.finished_at is not None
+    assert job.counts == {"requested": 7}
+    assert job.lease_owner is None and job.finished_at is None
+    for step in Step.objects.filter(saga__project=shop):  # the agent resolves, acknowledges
+        Step.objects.filter(pk=step.pk).update(state="RESOLVED")
+        decisions.decision_ack(project=shop, token=None, saga_id=step.saga.saga_id,
+                               step_id=step.step_id, action="resolve")  # fmt: skip
+    job.refresh_from_db()
+    assert (job.state, job.counts) == ("finished", {"succeeded": 7})
     actions = list(AuditEntry.objects.filter(data__contains=f'"batch": {job.pk}')
                    .values_list("action", flat=True))  # fmt: skip
     assert sorted(actions) == ["batch.finish", "batch.start", *["step.resolve"] * 7]
@@ -273,7 +280,7 @@ def test_each_item_is_rechecked_and_a_refusal_is_that_items_outcome(
     job = create(operator, "retry")
     # Between confirm and run, a colleague retries one of the steps.
     operator_actions.step_act(step_pk=steps[1].pk, user=operator, action="retry", reason="")
-    assert batches.batch_run(job.pk) == "finished"
+    assert batches.batch_run(job.pk) == "finishing"  # the agent has three retries to run
     outcomes = dict(job.items.values_list("target_pk", "outcome"))
     assert outcomes[steps[1].pk] == "refused"
     assert "already requested" in job.items.get(target_pk=steps[1].pk).message

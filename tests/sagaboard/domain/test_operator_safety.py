@@ -192,7 +192,7 @@ def test_a_four_eyes_vote_is_reported_waiting_for_another_approver(shop: Project
     )
     page = response.content.decode()
     assert "Approve, 1 selected: 1 waiting for another approver." in page
-    assert "your approval is in (1 of 2)" in page
+    assert "1 of 2 approvals in; one more approver needed" in page
     assert 'class="message info bulk-report"' in page
 
 

@@ -19,6 +19,7 @@ from tests.support.hitl import person, storebot_server_saga
 pytestmark = pytest.mark.django_db
 
 CLIENT_UNDO = "a 'client' undo runs in the agent's own process, but sagaboard runs this saga"
+AGENT_GONE = "the undo of 'return_item' lives in the agent's process, and no agent holds this saga"
 
 
 @pytest.fixture
@@ -91,14 +92,15 @@ def test_the_plan_of_a_stored_saga_says_an_undo_cannot_run_here_before_anyone_ap
 ) -> None:
     saga = stored_with_a_client_undo(shop, "p-1")
     plan = {item["step"].step_id: item for item in work_queues.compensation_plan(saga)}
-    assert plan["step-1"]["what"].startswith(f"cannot run here: {CLIENT_UNDO}")
+    assert plan["step-1"]["what"].startswith(f"waits for an operator: {AGENT_GONE}")
     assert plan["step-1"]["cannot_run"] and not plan["step-2"]["cannot_run"]
     assert "will run unattended" not in plan["step-1"]["what"]
     viewer = Client()
     viewer.force_login(person("vic", "viewer", shop))
     html = viewer.get("/sagas/shop/p-1/").content.decode()
-    assert re.search(r'<li class="cannot-run"><strong>step-1 · return_item</strong> — cannot '
-                     r"run here: a &#x27;client&#x27; undo runs in the agent", html)  # fmt: skip
+    assert re.search(r'<li class="cannot-run"><strong>step-1 · return_item</strong> — waits '
+                     r"for an operator: the undo of &#x27;return_item&#x27; lives in the agent",
+                     html)  # fmt: skip
 
 
 def test_the_approval_queue_says_the_undo_cannot_run_and_so_does_the_approve_button(
@@ -110,7 +112,8 @@ def test_the_approval_queue_says_the_undo_cannot_run_and_so_does_the_approve_but
     ann = Client()
     ann.force_login(person("ann", "approver", shop))
     html = ann.get("/approvals/").content.decode()
-    assert f"Cannot run here: {CLIENT_UNDO}".replace("'", "&#x27;") in html
+    gone = "the undo of 'refund_payment' lives in the agent's process, and no agent holds"
+    assert f"Cannot run here: {gone}".replace("'", "&#x27;") in html
     assert "Approve (it cannot run here: it will fail)" in html
 
 
@@ -125,7 +128,7 @@ def test_force_resolving_the_failed_undo_ends_where_the_plan_said_it_would(
     )
     assert runner.rollback_continue(saga.pk) == "ROLLBACK_FAILED"
     said = {i["step"].step_id: i["what"] for i in work_queues.compensation_plan(saga)}
-    assert said["step-1"].startswith(f"cannot run here: {CLIENT_UNDO}")  # before anyone acts
+    assert said["step-1"].startswith(f"waits for an operator: {AGENT_GONE}")  # before anyone acts
 
     step2 = Step.objects.get(saga=saga, step_id="step-2")
     olga = person("olga", "operator", shop)
@@ -137,7 +140,8 @@ def test_force_resolving_the_failed_undo_ends_where_the_plan_said_it_would(
     step1 = Step.objects.get(saga=saga, step_id="step-1")
     assert Step.objects.get(pk=step2.pk).state == "RESOLVED"
     assert step1.state == "ROLLBACK_FAILED"
-    assert (step1.error or "").startswith(f"cannot run here: {CLIENT_UNDO}")
+    assert (step1.error or "").startswith(f"not run: {AGENT_GONE}")
+    assert step1.traceback is None  # a reason in words: nothing ran, nothing raised
     assert "has no undo" not in (step1.error or "")
     saga.refresh_from_db()
     assert saga.status == "ROLLBACK_FAILED" and saga.waiting_for == "OPERATOR"

@@ -29,6 +29,7 @@ from sagaboard.domain.django_store import DjangoStore
 from sagaboard.domain.retention import retention_run
 from sagaboard.domain.roles import roles_sync
 from sagaboard.domain.tokens import token_create
+from sagaboard.infra import clock
 from sagaboard.live.relay import stop_all
 from sagaboard.models import Event, Project, Saga, Step
 from sagaboard.selectors import overview, visible
@@ -377,6 +378,17 @@ def test_the_api_gives_the_servers_times_beside_the_reported_ones(world: dict[st
     events = world["api_get"]("/sagas/from-1970/events")["items"]
     assert events[0]["at"].startswith("1970")
     assert datetime.fromisoformat(events[-1]["recorded_at"]) == saga.changed_at
+
+
+def test_the_warning_writes_a_year_1_time_with_four_digits() -> None:
+    year_1 = datetime(1, 1, 1, 0, 0, 5, 999999, tzinfo=UTC)
+    skew = clock.clock_skew(created_at=year_1, updated_at=None, received_at=FAR_FUTURE,
+                            changed_at=None)  # fmt: skip
+    assert skew is not None and skew.direction == "behind"
+    assert skew.title.startswith(
+        "The agent reported created 0001-01-01 00:00:05 UTC; the server recorded "
+        "9999-01-01 00:00:00 UTC: 9997\xa0years, 11\xa0months behind the server."
+    ), skew.title
 
 
 # ------------------------------------------------------------------ the live fragment

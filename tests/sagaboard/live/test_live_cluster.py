@@ -40,6 +40,7 @@ from tests.support.live_server import (
 pytestmark = pytest.mark.slow
 
 PG = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
+# A server, or an index to claim (``redis_scratch``).
 REDIS_SERVER = os.environ.get("SAGABOARD_TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
 LEADER = RELAY_KEYS[0]
 ARRIVAL_SECONDS = 10.0  # a relayed event reaches browsers in well under a second
@@ -323,12 +324,12 @@ def test_logging_out_closes_the_raw_clients_feed_with_4401(database: str) -> Non
 
 
 def test_cluster_a_revocation_made_by_another_process_closes_sockets_on_every_web_process(
-    database: str,
+    database: str, redis_url: str
 ) -> None:
     """Logout on A closes that session's socket on B; a membership removed by a command
     (a third process) closes the user's sockets on A and B; others stay open."""
     env = {
-        "REDIS_URL": f"{REDIS_SERVER}/13",
+        "REDIS_URL": redis_url,
         # Pub/sub ignores the database index: a prefix of this run's own keeps other
         # runs on this Redis (whose users have the same ids) out of it.
         "SAGABOARD_REDIS_PREFIX": f"liveperms-{uuid.uuid4().hex[:8]}",

@@ -52,6 +52,14 @@ CASES = [
     ("error=Ac", {"failed"}),  # a short word (no trigram): still found
     ("error=acme+nowhere", set()),
     ("q=error:TIMEOUT", {"failed"}),
+    ("q=Gateway+TIMEOUT+from+Acme", {"failed"}),  # plain words search error text too
+    ("q=acme", {"failed"}),  # not a name or id prefix: its step's error
+    ("q=Ac+gateway", {"failed"}),  # a short word beside a long one: still every word
+    ("q=gateway+nowhere", set()),  # every word, in one step's error
+    ("q=check+timeout", set()),  # neither a name prefix nor in an error
+    ("q=order", {"refund", "other", "text17"}),  # a name prefix (no error has "order")
+    ("q=s-", {"refund", "other", "failed", "text17", "nothing"}),  # short: names and ids only
+    ("q=Ac", set()),  # too short for error text: a name or id prefix only
     ("error=100%25", set()),  # LIKE wildcards are text
     ("error=_", set()),
     ('json=input.orderId+%3D+"o-17"', {"refund"}),  # not o-170
@@ -287,6 +295,10 @@ def test_the_live_filter_agrees_with_the_list(world: dict[str, Any]) -> None:
         "tool=refund_payment",
         "q=s-",
         "q=check",
+        "q=gateway+acme",
+        "q=Ac+timeout",
+        "q=Ac",
+        "q=acme+nowhere",
         "status=WAITING",
     ):
         search = saga_search.parse(QueryDict(query))
@@ -295,7 +307,9 @@ def test_the_live_filter_agrees_with_the_list(world: dict[str, Any]) -> None:
         listed = {s.pk for s in saga_search.select(search, [shop])}
         for saga in Saga.objects.filter(project=shop).select_related("project"):
             tools = frozenset(saga.steps.values_list("tool_name", flat=True))
-            assert visible.saga_matches(saga, tools, **params) == (saga.pk in listed), (query, saga)
+            errors = frozenset(e for e in saga.steps.values_list("error", flat=True) if e)
+            matches = visible.saga_matches(saga, tools, errors=errors, **params)
+            assert matches == (saga.pk in listed), (query, saga)
     for query in (
         "error=x",
         "json=output.a",

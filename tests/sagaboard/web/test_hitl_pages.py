@@ -53,6 +53,21 @@ def test_approving_from_the_queue_decides_once(shop: Project) -> None:
     assert approval.status == "APPROVED" and approval.votes.count() == 1
 
 
+def test_an_approval_short_of_the_count_says_how_many_are_in_and_how_many_more_are_needed(
+    shop: Project,
+) -> None:
+    approval = waiting(shop)
+    Approval.objects.filter(pk=approval.pk).update(required=3)
+    url = f"/approvals/{approval.pk}/decide/"
+    first = login("approver", shop, "ann").post(url, {"decision": "approve", "reason": "ok"},
+                                                headers=HTMX)  # fmt: skip
+    said = "refund_payment (storebot-return): 1 of 3 approvals in; 2 more approvers needed."
+    assert first.status_code == 200 and said in first.content.decode()
+    second = login("approver", shop, "cat").post(url, {"decision": "approve", "reason": "ok"},
+                                                 headers=HTMX)  # fmt: skip
+    assert "2 of 3 approvals in; one more approver needed." in second.content.decode()
+
+
 def test_a_decision_without_a_reason_is_refused_with_a_message(shop: Project) -> None:
     approval = waiting(shop)
     response = login("approver", shop).post(

@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from sagaboard.domain import approvals, ownership, runner
-from sagaboard.models import Approval, Project, Step
+from sagaboard.models import ApiToken, Approval, Project, Saga, Step
 from sagaboard.selectors import inbox
 from sagaboard.web.inbox_pages import badges_of
 from tests.support.hitl import person, storebot_server_saga, waiting
@@ -46,6 +46,24 @@ def test_a_vote_takes_the_approval_off_my_inbox(shop: Project) -> None:
     approvals.approval_decide(approval_id=asked.pk, user=apo, decision="approve", reason="ok")
     assert inbox.counts(apo).approvals == 0  # voted: waits for someone else now
     assert inbox.counts(ada).approvals == 1
+
+
+def test_an_approval_of_a_saga_posted_with_my_token_is_not_mine_to_vote_on(
+    shop: Project,
+) -> None:
+    """Four eyes refuses the vote of the person who made the token that posted the saga, so
+    their inbox and badge do not ask them for it; another approver's do."""
+    asked = waiting(shop, "a-1")
+    apo, ada = person("apo", "approver", shop), person("ada", "approver", shop)
+    token = ApiToken.objects.create(
+        project=shop, label="bot", prefix="sbx", secret_hash="0" * 64, created_by=apo
+    )
+    Saga.objects.filter(pk=asked.saga_id).update(posted_by_token=token)
+    assert inbox.counts(apo).approvals == 0 and inbox.items(apo).approvals == []
+    assert inbox.counts(ada).approvals == 1
+    page = Client()
+    page.force_login(apo)
+    assert "Approvals waiting for your vote (0)" in page.get("/inbox/").content.decode()
 
 
 def test_badges_say_what_they_count_in_words_and_cap() -> None:

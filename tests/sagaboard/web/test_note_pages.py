@@ -107,3 +107,51 @@ def test_acknowledge_from_the_attention_page(shop: Project) -> None:
     assert "acknowledged by user:ann" in page and "Acknowledge</button>" not in page
     again = ann.post(f"/steps/{step.pk}/acknowledge/", headers=HTMX)
     assert again.status_code == 409
+
+
+def version_of(page: str, attribute: str) -> int:
+    import re
+
+    found = re.search(rf'{attribute}="(\d+)"', page)
+    assert found is not None, f"no {attribute} on the page"
+    return int(found.group(1))
+
+
+def test_the_live_body_says_when_notes_or_the_owner_changed_and_each_person_reads_them_again(
+    shop: Project, saga: Saga
+) -> None:
+    """The saga page's notes are per person, so the live body carries only the version of
+    its newest note or owner change; a page reads its notes section again when it moves."""
+    from sagaboard.live import fragments
+    from sagaboard.selectors import visible
+
+    ann, bob = person("ann", "operator", shop), person("bob", "operator", shop)
+    page = browser(bob).get("/sagas/shop/storebot-1/").content.decode()
+    read_at = version_of(page, "data-version")
+    assert version_of(page, "data-notes-version") == read_at == 0
+
+    ann_page = browser(ann)
+    ann_page.post(f"/notes/saga/{saga.pk}/", {"body": "Carrier down", "step": ""})
+    live = fragments.saga_detail(saga.pk, visible.last_event_id())
+    after_note = version_of(live, "data-notes-version")
+    assert after_note > read_at  # bob's page reads #notes again
+    ann_page.post(f"/owners/saga/{saga.pk}/", {"owner": "ann"})
+    live = fragments.saga_detail(saga.pk, visible.last_event_id())
+    assert version_of(live, "data-notes-version") > after_note
+
+    section = browser(bob).get(f"/sagas/{saga.pk}/notes/")
+    html = section.content.decode()
+    assert section.status_code == 200 and html.startswith('<section id="notes"')
+    assert "Carrier down" in html and "<strong>ann</strong>" in html
+    assert version_of(html, "data-version") == version_of(live, "data-notes-version")
+    assert "Edit</summary>" not in html  # ann's note: bob may not edit it
+    assert "Edit</summary>" in browser(ann).get(f"/sagas/{saga.pk}/notes/").content.decode()
+    assert 'name="csrfmiddlewaretoken"' in html  # its forms post as the page's did
+
+
+def test_the_notes_section_of_a_saga_in_another_project_is_not_found(saga: Saga) -> None:
+    other = Project.objects.create(slug="other", name="Other")
+    eve = browser(person("eve", "operator", other))
+    assert eve.get(f"/sagas/{saga.pk}/notes/").status_code == 404
+    assert eve.get("/sagas/999999/notes/").status_code == 404
+    assert eve.post(f"/sagas/{saga.pk}/notes/").status_code == 405

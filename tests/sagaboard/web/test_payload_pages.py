@@ -190,7 +190,7 @@ def test_undo_attempts_show_finished_and_duration_and_a_diff(shop: Project) -> N
     )  # fmt: skip
     client = login("viewer", shop)
     html = page(client, "s-1")
-    table = html[html.index('<table class="attempts">') : html.index("</table>")]
+    table = html[html.index('<table class="attempts stacks">') : html.index("</table>")]
     assert "<th>Finished</th><th>Duration</th>" in table
     assert "1.5 s" in table and "2 min 5 s" in table
     assert ">2026-01-31 12:00:01 UTC</time>" in table  # finished, exact UTC

@@ -240,7 +240,7 @@ def test_the_live_saga_body_and_attention_body_replace_the_shown_ones(shop: Proj
     detail = fragments.saga_detail(failed.saga_id, 3)
     saga_pk = failed.saga_id
     assert detail.startswith(
-        f'<div hx-swap-oob="outerHTML:#saga-live-{saga_pk}"><div id="saga-live-{saga_pk}">'
+        f'<div hx-swap-oob="outerHTML:#saga-live-{saga_pk}"><div id="saga-live-{saga_pk}" '
     )
     body = fragments.attention_body([shop])
     assert body.startswith('<div id="attention-body" hx-swap-oob="true">')

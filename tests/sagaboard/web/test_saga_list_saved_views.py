@@ -66,9 +66,10 @@ def test_saving_a_view_keeps_its_filter_and_lists_it(world: dict[str, Any]) -> N
 def test_views_are_per_user(world: dict[str, Any]) -> None:
     alice, _ = member("alice", world["shop"])
     bob, _ = member("bob", world["shop"])
-    alice.post("/views/", {"name": "mine", "query": "project=shop&tool=charge_card"})
-    assert "mine" not in bob.get("/").content.decode()
-    view = SavedView.objects.get(name="mine")
+    alice.post("/views/", {"name": "alice-charges", "query": "project=shop&tool=charge_card"})
+    assert "alice-charges" in alice.get("/").content.decode()
+    assert "alice-charges" not in bob.get("/").content.decode()
+    view = SavedView.objects.get(name="alice-charges")
     assert bob.post(f"/views/{view.pk}/delete/").status_code == 404
     assert SavedView.objects.filter(pk=view.pk).exists()
     assert alice.post(f"/views/{view.pk}/delete/").status_code == 302

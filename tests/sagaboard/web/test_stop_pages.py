@@ -41,11 +41,13 @@ def test_an_operator_requests_it_from_the_page_and_sees_it_waiting_for_the_agent
     page = ann.get("/sagas/shop/s-1/").content.decode()
     assert 'id="stop"' in page and f'action="/sagas/{saga.pk}/rollback-request/"' in page
     answer = ann.post(f"/sagas/{saga.pk}/rollback-request/", {"reason": "wrong customer"})
-    assert answer.status_code == 302 and answer["Location"] == "/sagas/shop/s-1/#stop"
+    assert answer.status_code == 302 and answer["Location"] == "/sagas/shop/s-1/#stop-state"
     page = ann.get("/sagas/shop/s-1/").content.decode()
-    assert "Rollback requested: the agent rolls back at its next step boundary." in page
+    # One message, the stop state's (read from the record and kept live), no flash beside it.
+    assert "Rollback requested:" not in page and "message success" not in page
     assert "Rollback requested by <strong>ann</strong>" in page
-    assert "waiting for the agent&#x27;s next step." in page or "waiting for the agent's" in page
+    assert "the agent rolls back at its next step boundary" in page
+    assert "waiting for the agent&#x27;s next step" in page or "waiting for the agent's" in page
     assert "Reason: wrong customer" in page
     assert 'id="stop-title"' not in page  # no second request offered
     assert AuditEntry.objects.filter(action="saga.stop_requested").count() == 1

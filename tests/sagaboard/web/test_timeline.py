@@ -59,6 +59,33 @@ def test_a_live_scale_reaches_past_now_so_the_now_line_can_move() -> None:
     assert tl.scale_for([at(3)], now=at(3), live=False).end == at(4)  # never zero wide
 
 
+def test_a_scale_at_the_last_instant_an_agent_may_report_stops_there() -> None:
+    # Issue 36: a saga dated 9999-12-31T23:59:59Z (the API takes it) made the saga page and
+    # its live feed fail: its live headroom, or the second a scale lasts, went past year 9999.
+    first, last = datetime(1, 1, 1, tzinfo=UTC), tl.LAST
+    assert last == datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    for times, live in [([last - timedelta(seconds=1)], True), ([first, last], True),
+                        ([last], False), ([last], True)]:  # fmt: skip
+        scale = tl.scale_for(times, now=T0, live=live)
+        assert scale.start == min(times) and scale.end == last  # from the first time to LAST
+        x, width = tl.bar_box(Span(max(times), None), scale, T0)
+        assert scale.x0 <= x and x + width <= scale.right and tl.ticks(scale)[0].label == "0"
+    whole = tl.scale_for([first, last], now=T0, live=True)
+    share = (T0 - first) / (last - first)  # 2025 of 9999 years
+    assert whole.x(T0) == pytest.approx(tl.LABEL_WIDTH + tl.CHART_WIDTH * share)
+    chart = tl.build([step(1, 0, 1, "PENDING")], status="IN_PROGRESS", now=T0, began=last)
+    assert chart.live and chart.now_x == tl.LABEL_WIDTH  # now is the first time shown
+    assert chart.start == T0 and chart.ticks[0].label == "0"
+    spans = [Span(last, None), Span(first, last)]
+    open_at_last = StepTimes("s", "t", "PENDING", spans[0], waits=[Wait("approval", spans[1])])
+    chart = tl.build([open_at_last], status="COMPENSATING", now=T0, began=first)
+    run, wait = chart.rows[0].bars
+    assert run.open and run.label == "s t: running for 0 ms, PENDING"
+    assert run.x + run.width <= chart.chart_right and wait.width == pytest.approx(tl.CHART_WIDTH)
+    assert wait.label == "s t: waited 3652059 d for approval"  # years 1 to 9999, in days
+    assert tl.durations(open_at_last, T0).ran == "running for 0 ms"
+
+
 def test_a_short_bar_is_never_narrower_than_the_minimum_and_stays_inside_the_chart() -> None:
     scale = tl.scale_for([at(0), at(1000)], now=at(1000), live=False)
     x, width = tl.bar_box(Span(at(10), at(10.001)), scale, at(1000))

@@ -15,6 +15,8 @@ from sagaboard.web import times
 
 AT = datetime(2026, 1, 31, 12, 0, 5, 123456, tzinfo=UTC)
 TEMPLATES = Path(__file__).resolve().parents[3] / "templates"
+EXTREME = timedelta(hours=23, minutes=59)
+"""The largest UTC offset RFC 3339 writes (and the API takes)."""
 
 
 def render(source: str, **context: object) -> str:
@@ -36,6 +38,28 @@ def test_a_time_in_another_zone_is_written_in_utc() -> None:
     east = AT.astimezone(timezone(timedelta(hours=5, minutes=30)))
     html = render('{% when t "changed" %}', t=east)
     assert 'datetime="2026-01-31T12:00:05.123Z"' in html and ">2026-01-31 12:00:05 UTC<" in html
+
+
+@pytest.mark.parametrize(
+    ("at", "iso", "exact"),
+    [
+        (datetime(1, 1, 1, tzinfo=UTC), "0001-01-01T00:00:00.000Z", "0001-01-01 00:00:00.000"),
+        (datetime(999, 3, 4, 5, 6, 7, 8999, tzinfo=UTC), "0999-03-04T05:06:07.008Z",
+         "0999-03-04 05:06:07.008"),
+        (datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone(EXTREME)),
+         "9999-12-31T00:00:59.999Z", "9999-12-31 00:00:59.999"),
+        (datetime(1, 1, 1, 0, 0, 0, 1, tzinfo=timezone(-EXTREME)),
+         "0001-01-01T23:59:00.000Z", "0001-01-01 23:59:00.000"),
+    ],
+)  # fmt: skip
+def test_a_time_near_year_1_or_9999_is_written_with_a_four_digit_year(
+    at: datetime, iso: str, exact: str
+) -> None:
+    # %Y writes year 1 as "1" on glibc: "1-01-01T00:00:00.000Z" is no HTML time, and the
+    # browser's Date reads it as invalid or as 2001, so times.js could not show it.
+    assert times.iso(at) == iso and times.exact_utc(at, precise=True) == f"{exact} UTC"
+    html = render('{% when t "began" precise=True %}', t=at)
+    assert f'datetime="{iso}"' in html and f">{exact} UTC</time>" in html
 
 
 def test_a_reported_time_is_the_agents_clock_unless_sagaboard_ran_the_saga() -> None:

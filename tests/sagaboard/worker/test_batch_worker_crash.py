@@ -26,11 +26,18 @@ from typing import Any
 
 import pytest
 
-from tests.support.live_server import ROOT, Worker, manage, temp_database
+from tests.support.live_server import (
+    REDIS_SERVER,
+    ROOT,
+    Worker,
+    manage,
+    redis_database,
+    temp_database,
+)
 
 pytestmark = pytest.mark.slow
 
-REDIS = os.environ.get("SAGABOARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/5")
+REDIS = os.environ.get("SAGABOARD_TEST_REDIS_URL", REDIS_SERVER)  # a server, or an index
 SETTINGS = "tests.support.crash_settings"
 ITEMS = 30
 WAIT = 90.0
@@ -67,33 +74,21 @@ def _wait(condition: Any, what: str, alive: Worker, everyone: list[Worker]) -> A
     return value
 
 
-def _redis_cleanup(queue: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(REDIS)
-    try:
-        client.delete(*{queue, *client.scan_iter(match=f"*{queue}*")})
-        client.zrem("_kombu.binding_deadlines", queue)
-        for tag, raw in client.hgetall("unacked").items():
-            try:
-                if json.loads(raw)[2] == queue:
-                    client.hdel("unacked", tag)
-                    client.zrem("unacked_index", tag)
-            except (ValueError, IndexError, TypeError):
-                continue
-    finally:
-        client.close()
-
-
 @pytest.fixture
 def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    # The index is the test's own (flushed after: the killed worker's unacked message too).
+    with redis_database(REDIS) as broker:
+        yield _env(monkeypatch, broker)
+
+
+def _env(monkeypatch: pytest.MonkeyPatch, broker: str) -> dict[str, str]:
     queue = f"sagaboard-batch-crash-{uuid.uuid4().hex[:10]}"
     extra = {
         "PYTHONPATH": os.pathsep.join(
             p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
         ),
         "SAGABOARD_TEST_QUEUE": queue,
-        "CELERY_BROKER_URL": REDIS,
+        "CELERY_BROKER_URL": broker,
         "SAGABOARD_TASKS_EAGER": "0",
         "SAGABOARD_BATCH_CHUNK": "3",
         "SAGABOARD_BATCH_PAUSE_SECONDS": "0.3",
@@ -102,10 +97,7 @@ def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     for name, value in extra.items():
         monkeypatch.setenv(name, value)  # manage() runs with os.environ
     monkeypatch.delenv("REDIS_URL", raising=False)
-    try:
-        yield {**os.environ, **extra, "DJANGO_SETTINGS_MODULE": SETTINGS}
-    finally:
-        _redis_cleanup(queue)
+    return {**os.environ, **extra, "DJANGO_SETTINGS_MODULE": SETTINGS}
 
 
 def test_a_worker_killed_mid_batch_is_finished_by_another_and_each_item_is_done_once(

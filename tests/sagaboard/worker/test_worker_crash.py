@@ -33,14 +33,21 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from tests.support.live_server import ROOT, Worker, manage, temp_database
+from tests.support.live_server import (
+    REDIS_SERVER,
+    ROOT,
+    Worker,
+    manage,
+    redis_database,
+    temp_database,
+)
 from undo_core.records import SagaRecord
 from undo_core.recovery import owner_is_gone
 from undo_core.states import SagaStatus
 
 pytestmark = pytest.mark.slow
 
-REDIS = os.environ.get("SAGABOARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/5")
+REDIS = os.environ.get("SAGABOARD_TEST_REDIS_URL", REDIS_SERVER)  # a server, or an index
 LEASE_SECONDS = 10
 WAIT = 60.0
 
@@ -139,28 +146,14 @@ def wait_for(
         time.sleep(0.2)
 
 
-def _redis_cleanup(queue: str) -> None:
-    """Drop the test queue and the killed worker's unacknowledged message from Redis."""
-    import redis
-
-    client = redis.Redis.from_url(REDIS)
-    try:
-        client.delete(*{queue, *client.scan_iter(match=f"*{queue}*")})
-        client.zrem("_kombu.binding_deadlines", queue)
-        for tag, raw in client.hgetall("unacked").items():
-            try:
-                routing_key = json.loads(raw)[2]
-            except (ValueError, IndexError, TypeError):
-                continue
-            if routing_key == queue:
-                client.hdel("unacked", tag)
-                client.zrem("unacked_index", tag)
-    finally:
-        client.close()
-
-
 @pytest.fixture
 def crash_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    # The index is the test's own (flushed after: the killed worker's unacked message too).
+    with redis_database(REDIS) as broker:
+        yield _crash_env(tmp_path, broker)
+
+
+def _crash_env(tmp_path: Path, broker: str) -> dict[str, str]:
     queue = f"sagaboard-crash-{uuid.uuid4().hex[:10]}"
     (tmp_path / "crash").mkdir()
     env = {
@@ -171,17 +164,14 @@ def crash_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         "DATABASE_URL": "",  # set per worker: the throw-away database
         "DJANGO_SETTINGS_MODULE": "tests.support.crash_settings",
         "SAGABOARD_TEST_QUEUE": queue,
-        "CELERY_BROKER_URL": REDIS,
+        "CELERY_BROKER_URL": broker,
         "SAGABOARD_COMPENSATION_MODULES": "tests.support.crash_compensations",
         "SAGABOARD_CRASH_DIR": str(tmp_path / "crash"),
         "SAGABOARD_WORKER_LEASE_SECONDS": str(LEASE_SECONDS),
         "SAGABOARD_TASKS_EAGER": "0",
     }
     env.pop("REDIS_URL", None)
-    try:
-        yield env
-    finally:
-        _redis_cleanup(queue)
+    return env
 
 
 # ---------------------------------------------------------------- the crash
