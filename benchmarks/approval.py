@@ -153,8 +153,8 @@ class Site:
 
     def gated_sagas(self, count: int) -> list[tuple[int, str, int]]:
         """``count`` new sagas, each waiting in the queue: (approval pk, saga id, saga pk)."""
-        from sagaboard.domain import manual_flow
         from sagaboard.models import Approval
+        from sagaboard.record.services import manual_flow
 
         ids = []
         for _ in range(count):

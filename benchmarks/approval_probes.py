@@ -22,7 +22,7 @@ from typing import Any
 from celery import shared_task
 from celery.signals import task_postrun, task_prerun
 
-from sagaboard.domain.undo_kinds import compensation
+from sagaboard.engine.services.undo_kinds import compensation
 from undo_core import UndoContext
 
 

@@ -111,7 +111,7 @@ class _World:
     def __init__(self) -> None:
         from django.contrib.auth.models import Group, Permission
 
-        from sagaboard.domain.roles import roles_sync
+        from sagaboard.access.services.roles import roles_sync
 
         roles_sync(Group, Permission)
         self.n = 0
@@ -130,7 +130,9 @@ class _World:
 def _measure(kind: str, size: int, runs: int, worker: Worker | None) -> list[report.Figure]:
     from django.http import QueryDict
 
-    from sagaboard.domain import batches, jobs, operator_actions
+    from sagaboard.actions.services import operator_actions
+    from sagaboard.batches.services import batches
+    from sagaboard.infra import jobs
     from sagaboard.models import BatchJob, Step
 
     world = _World()

@@ -275,8 +275,8 @@ class Filler:
     """
 
     def __init__(self) -> None:
-        from sagaboard.domain.ingest_bulk import Table
         from sagaboard.models import Approval, Event, Project, Saga, Step
+        from sagaboard.record.services.ingest_bulk import Table
 
         self.Table = Table
         self.project = Project.objects.create(slug="big", name="Big")
@@ -288,8 +288,8 @@ class Filler:
 
     def cursor_half_way(self) -> str:
         """The saga list's cursor for the page that starts half-way down the whole list."""
+        from sagaboard.access.reads.visible import encode_cursor
         from sagaboard.models import Saga
-        from sagaboard.selectors.visible import encode_cursor
 
         middle = Saga.objects.filter(project=self.project).order_by("-changed_at", "-id")
         return encode_cursor(middle[self.sagas // 2])

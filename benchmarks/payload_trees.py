@@ -1,6 +1,6 @@
 """What the saga page's JSON trees and labelled times cost: ``python -m benchmarks.payload_trees``.
 
-No database: the tree, its HTML and the diff (``sagaboard.web.payloads``,
+No database: the tree, its HTML and the diff (``sagaboard.ui.payloads``,
 ``sagaboard_payload.tree_html``) and the time tag (``{% when %}``) are pure, so this
 times them alone, for what a saga page draws at its limits:
 
@@ -47,8 +47,8 @@ def main() -> None:
     _setup()
     from django.template import Context, Template
 
-    from sagaboard.web import payloads
-    from sagaboard.web.templatetags.sagaboard_payload import tree_html
+    from sagaboard.ui import payloads
+    from sagaboard.ui.templatetags.sagaboard_payload import tree_html
 
     limits = payloads.Limits()
     order = {

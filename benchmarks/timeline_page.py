@@ -4,7 +4,7 @@ much of that is the timeline. ``python -m benchmarks.timeline_page [--steps N] [
 Runs against a throw-away SQLite database (or ``DATABASE_URL``) with a saga written straight
 into the tables (``tests.support.timeline_sagas.big_saga``), in this process: it prints the
 median of ``--runs`` renders of the whole page, of the timeline's geometry
-(``sagaboard.web.timeline.for_saga``) and of the timeline partial alone, and the page's size.
+(``sagaboard.sagas.pages.timeline.for_saga``) and of the timeline partial alone, and the page's size.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     from django.test import Client
     from django.utils import timezone
 
+    from sagaboard.access.reads import visible
     from sagaboard.models import Project
-    from sagaboard.selectors import visible
-    from sagaboard.web import presenters, timeline
+    from sagaboard.sagas.pages import presenters, timeline
     from tests.support.timeline_sagas import big_saga
 
     call_command("migrate", verbosity=0)

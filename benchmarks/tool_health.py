@@ -72,7 +72,7 @@ def _db(kind: str) -> str:
 def _measure(kind: str, size: int, runs: int, per_sample: int) -> list[report.Figure]:
     from django.conf import settings
 
-    from sagaboard.domain.tool_rollup import rollup_fold
+    from sagaboard.health.services.tool_rollup import rollup_fold
 
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
     fill = Filler()
@@ -132,7 +132,7 @@ def _incremental_fold(fill: Any) -> float:
     """Mark the newest ``TOUCHED`` sagas changed now, fold: steps folded per second."""
     from django.utils import timezone
 
-    from sagaboard.domain.tool_rollup import rollup_fold
+    from sagaboard.health.services.tool_rollup import rollup_fold
     from sagaboard.models import Saga
 
     newest = Saga.objects.filter(project=fill.project).order_by("-changed_at", "-id")

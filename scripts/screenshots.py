@@ -44,11 +44,11 @@ AGENT_SAGA = "agent-checkout-5e1f2a"
 SCENES = f"""
 from django.contrib.auth import get_user_model
 from sagaboard.demo.agent import SAGA_NAME, Shop, checkout_tools
-from sagaboard.domain.event_schema import EventBatchIn
-from sagaboard.domain.ingest import events_ingest
-from sagaboard.domain.notes import note_add, note_edit
-from sagaboard.domain.ownership import saga_assign
-from sagaboard.domain.saga_stop import rollback_request
+from sagaboard.api.event_schema import EventBatchIn
+from sagaboard.record.services.ingest import events_ingest
+from sagaboard.collab.services.notes import note_add, note_edit
+from sagaboard.collab.services.ownership import saga_assign
+from sagaboard.actions.services.saga_stop import rollback_request
 from sagaboard.models import Project, Saga, Step
 from tests.support.agent_runs import Recorder
 from undo_core import Saga as AgentSaga

@@ -84,8 +84,8 @@ def record_verified(request: pytest.FixtureRequest) -> Any:
     undo plan) names them with ``@pytest.mark.record_rewritten("step.undo")``: those
     differences are expected, any other still fails it."""
     yield
-    from sagaboard.domain.audit_chain import verify_audit
-    from sagaboard.domain.verify import (
+    from sagaboard.audit.services.audit_chain import verify_audit
+    from sagaboard.record.services.verify import (
         verify,  # here, as above: the Django-free suites share this file
     )
 

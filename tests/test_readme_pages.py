@@ -78,8 +78,8 @@ def demo(settings: Any, client: Any) -> dict[str, Callable[[str], str]]:
     from django.core.management import call_command
     from django.utils import timezone
 
-    from sagaboard.domain import link_tokens
     from sagaboard.models import Approval, AuditEntry, DecisionLink
+    from sagaboard.notify.services import link_tokens
     from tests.support.batch_world import demo_batch
 
     settings.DEBUG = True

@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 OPERATION_PREFIX = {
-    "sagaboard.api.v1": "sagaboard_api_",
-    "sagaboard.api.decisions": "sagaboard_api_decisions_",
-    "sagaboard.api.batches": "sagaboard_api_batches_",
+    "sagaboard.record.api.v1": "sagaboard_api_",
+    "sagaboard.actions.api.decisions": "sagaboard_api_decisions_",
+    "sagaboard.batches.api.batches": "sagaboard_api_batches_",
 }
 """Each router's operation ids: this prefix and the handler's name. Clients are generated from
 these ids, so they stay what they were whichever module serves the handlers."""
-_OP = OPERATION_PREFIX["sagaboard.api.v1"] + "{}"
-_DECISIONS = OPERATION_PREFIX["sagaboard.api.decisions"] + "{}"
+_OP = OPERATION_PREFIX["sagaboard.record.api.v1"] + "{}"
+_DECISIONS = OPERATION_PREFIX["sagaboard.actions.api.decisions"] + "{}"
 
 SAGA = {"saga_id": "$response.body#/id"}
 SAGA_OF_REQUEST = {"saga_id": "$request.path.saga_id"}

@@ -1,6 +1,6 @@
 """API schemas (django-ninja / pydantic). Unknown fields are rejected, not ignored.
 
-The events agents post are ``sagaboard.domain.event_schema``'s (ingestion reads them too);
+The events agents post are ``sagaboard.api.event_schema``'s (ingestion reads them too);
 the answers and the manual-flow bodies are here.
 """
 
@@ -15,7 +15,7 @@ from pydantic import (
     Field,
 )
 
-from sagaboard.domain.event_schema import (
+from sagaboard.api.event_schema import (
     EventId,
     Name,
     SagaId,

@@ -3,7 +3,7 @@
 Start a worker with ``celery -A sagaboard worker -B`` (``-B``: the sweep's beat, in
 one process for the embedded default; run ``celery -A sagaboard beat`` once in
 production instead). The tasks and the worker's heartbeat live in ``sagaboard.worker``;
-the task names are ``sagaboard.domain.jobs``'s, and ``CELERY_IMPORTS`` (settings) loads both.
+the task names are ``sagaboard.infra.jobs``'s, and ``CELERY_IMPORTS`` (settings) loads both.
 """
 
 import os
@@ -13,7 +13,7 @@ from celery import Celery
 from celery.schedules import crontab
 from django.conf import settings
 
-from sagaboard.domain import jobs
+from sagaboard.infra import jobs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sagaboard.config.settings")
 

@@ -87,7 +87,7 @@ SESSION_COOKIE_HTTPONLY = True
 # every state change is a POST, which Lax keeps off cross-site requests.
 SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_HTTPONLY = True  # no script reads it: htmx takes the token from the page
-CSRF_FAILURE_VIEW = "sagaboard.web.csrf.csrf_failure"  # says what to do, htmx posts included
+CSRF_FAILURE_VIEW = "sagaboard.ui.csrf.csrf_failure"  # says what to do, htmx posts included
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
@@ -134,8 +134,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "sagaboard.web.not_found.not_found_as_page",  # the product's 404 page with DEBUG on too
-    "sagaboard.domain.login_guard.LoginRateLimitMiddleware",  # 429 before a password is checked
+    "sagaboard.ui.not_found.not_found_as_page",  # the product's 404 page with DEBUG on too
+    "sagaboard.access.services.login_guard.LoginRateLimitMiddleware",  # 429 before a password is checked
 ]
 
 ROOT_URLCONF = "sagaboard.config.urls"
@@ -154,15 +154,15 @@ TEMPLATES = [
             # ``visible``: ids and names with invisible characters shown (text policy).
             # ``when``: every time labelled, the reader's zone (README "Times").
             "builtins": [
-                "sagaboard.web.templatetags.sagaboard_text",
-                "sagaboard.web.templatetags.sagaboard_time",
+                "sagaboard.ui.templatetags.sagaboard_text",
+                "sagaboard.ui.templatetags.sagaboard_time",
             ],
             # The pages' own tags live with the pages (sagaboard/web/), not at the app's root.
             "libraries": {
-                "sagaboard_json": "sagaboard.web.templatetags.sagaboard_json",
-                "sagaboard_links": "sagaboard.web.templatetags.sagaboard_links",
-                "sagaboard_payload": "sagaboard.web.templatetags.sagaboard_payload",
-                "sagaboard_list": "sagaboard.web.templatetags.sagaboard_list",
+                "sagaboard_json": "sagaboard.ui.templatetags.sagaboard_json",
+                "sagaboard_links": "sagaboard.ui.templatetags.sagaboard_links",
+                "sagaboard_payload": "sagaboard.ui.templatetags.sagaboard_payload",
+                "sagaboard_list": "sagaboard.ui.templatetags.sagaboard_list",
             },
         },
     },
@@ -326,7 +326,7 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
-# Undos sagaboard runs itself (sagaboard/domain/undo_kinds.py) and the workers that run them.
+# Undos sagaboard runs itself (sagaboard/engine/services/undo_kinds.py) and the workers that run them.
 # None by default in production; with DEBUG on (`make run`: every process, the worker
 # included), the demo's StoreBot undos, so its server-run sagas undo as they should.
 SAGABOARD_COMPENSATION_MODULES = env_list(
@@ -408,7 +408,7 @@ else:
         "global_keyprefix": f"{SAGABOARD_REDIS_PREFIX}:",
     }
 # What every worker imports once Django is set up: the tasks (their names are
-# sagaboard.domain.jobs's) and the heartbeat. Web processes import the tasks too
+# sagaboard.infra.jobs's) and the heartbeat. Web processes import the tasks too
 # (SagaboardConfig.ready), so jobs find them by name there.
 CELERY_IMPORTS = ["sagaboard.worker.tasks", "sagaboard.worker.heartbeat"]
 CELERY_TASK_ACKS_LATE = True
@@ -475,12 +475,12 @@ LOGGING = {
 # Error reports (the DEBUG page, error e-mails) hide secrets and connection passwords.
 DEFAULT_EXCEPTION_REPORTER_FILTER = "sagaboard.infra.logs.SecretsReporterFilter"
 
-# Data retention (sagaboard/domain/retention.py): a daily task deletes finished sagas (COMPLETED,
+# Data retention (sagaboard/health/services/retention.py): a daily task deletes finished sagas (COMPLETED,
 # ROLLED_BACK) last changed more than this many days ago; 0 turns it off. Unresolved sagas
 # are never deleted. `manage.py sagaboard_retention` runs it by hand (and can archive).
 SAGABOARD_RETENTION_DAYS = env_int("SAGABOARD_RETENTION_DAYS", 90, minimum=0)
 
-# Per-tool health (sagaboard/domain/tool_rollup.py): the beat task folds the sagas changed
+# Per-tool health (sagaboard/health/services/tool_rollup.py): the beat task folds the sagas changed
 # since its last run into the rollups every this many seconds (`manage.py sagaboard_rollup`
 # does it by hand). The health pages are at most this old.
 SAGABOARD_ROLLUP_SECONDS = env_float(

@@ -4,27 +4,17 @@ from django.templatetags.static import static
 from django.urls import path
 from django.views.generic import RedirectView
 
-from sagaboard.api.v1 import api
-from sagaboard.web import (
-    batch_pages,
-    decide_pages,
-    export_pages,
-    health_pages,
-    inbox_pages,
-    note_pages,
-    pages,
-    payload_pages,
-    permalink_pages,
-    policy_pages,
-    probes,
-    queue_pages,
-    saved_view_pages,
-    stop_pages,
-    token_pages,
-)
+from sagaboard.access.pages import token_pages
+from sagaboard.actions.pages import decide_pages, queue_pages, stop_pages
+from sagaboard.approvals.pages import policy_pages
+from sagaboard.batches.pages import batch_pages
+from sagaboard.collab.pages import inbox_pages, note_pages, saved_view_pages
+from sagaboard.config.api import api
+from sagaboard.health.pages import health_pages, probes
+from sagaboard.sagas.pages import export_pages, pages, payload_pages, permalink_pages
 
-handler404 = "sagaboard.web.not_found.page_not_found"
-handler500 = "sagaboard.web.unavailable.server_error"
+handler404 = "sagaboard.ui.not_found.page_not_found"
+handler500 = "sagaboard.ui.unavailable.server_error"
 
 urlpatterns = [
     path("", pages.saga_list, name="saga_list"),

@@ -18,16 +18,18 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.signals import connection_created
 from django.db.models.signals import m2m_changed, post_delete, post_migrate, post_save
 
-import sagaboard.web.admin
+import sagaboard.ui.admin
 import sagaboard.worker.tasks  # noqa: F401
+from sagaboard.access.services.login_guard import login_failed, login_succeeded
 from sagaboard.config.local_files import prepare_folders
-from sagaboard.domain import django_store, notifications, overview_rollup
-from sagaboard.domain.login_guard import login_failed, login_succeeded
+from sagaboard.engine.services import django_store
+from sagaboard.health.services import overview_rollup
 from sagaboard.infra import event_wake
 from sagaboard.infra.rate_limits import parse_rate
 from sagaboard.infra.sqlite_wal import keep_wal_open
 from sagaboard.live import access, wake
 from sagaboard.models import Event, Project
+from sagaboard.notify.services import notifications
 
 RATE_SETTINGS = (
     "SAGABOARD_LOGIN_RATE",

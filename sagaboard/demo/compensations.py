@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sagaboard.domain.undo_kinds import compensation
+from sagaboard.engine.services.undo_kinds import compensation
 from undo_core import UndoContext
 
 

@@ -29,12 +29,13 @@ from django.contrib.auth.hashers import get_hashers, make_password
 from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
-from sagaboard.domain import manual_flow, runner
-from sagaboard.domain.django_store import DjangoStore
-from sagaboard.domain.policies import policy_save
-from sagaboard.domain.roles import roles_sync
-from sagaboard.domain.tokens import token_authenticate, token_create
+from sagaboard.access.services.roles import roles_sync
+from sagaboard.access.services.tokens import token_authenticate, token_create
+from sagaboard.actions.services import runner
+from sagaboard.approvals.services.policies import policy_save
+from sagaboard.engine.services.django_store import DjangoStore
 from sagaboard.models import ApiToken, ApprovalPolicy, Project, Saga
+from sagaboard.record.services import manual_flow
 from undo_core import ApprovalRequest, Decision, FailedCompensation, SagaRollbackError, define_tool
 from undo_core import Saga as EngineSaga
 
@@ -68,7 +69,7 @@ DEMO_PEOPLE = (
                "the same; the second approver demo-refund-two-approvers needs"),
     DemoPerson("vic", "vic-demo", "viewer", "sees everything, may change nothing"),
 )  # fmt: skip
-"""The demo's people, members of the demo project, one role each (``sagaboard.domain.roles``).
+"""The demo's people, members of the demo project, one role each (``sagaboard.access.services.roles``).
 Their passwords pass the project's password validators (``demo``'s own does not)."""
 
 

@@ -56,9 +56,9 @@ from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 from django.utils.http import is_same_domain
 
+from sagaboard.access.reads import visible
 from sagaboard.live.relay import project_group
 from sagaboard.models import Project
-from sagaboard.selectors import visible
 
 log = logging.getLogger("sagaboard.live.access")
 

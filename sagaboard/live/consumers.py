@@ -31,6 +31,8 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from sagaboard.access.reads import visible
+from sagaboard.health.reads.overview import ATTENTION_STEP_STATES
 from sagaboard.live import fragments
 from sagaboard.live.access import (
     CLOSE_FORBIDDEN,
@@ -42,8 +44,6 @@ from sagaboard.live.access import (
 )
 from sagaboard.live.relay import project_group, recheck, relay
 from sagaboard.models import OPERATOR_STATES, Event, Saga
-from sagaboard.selectors import visible
-from sagaboard.selectors.overview import ATTENTION_STEP_STATES
 
 log = logging.getLogger("sagaboard.live.consumers")
 

@@ -14,10 +14,11 @@ from collections.abc import Sequence
 
 from django.template.loader import render_to_string
 
-from sagaboard.domain import work_queues
+from sagaboard.access.reads import visible
+from sagaboard.actions.pages import presenters as queue_presenters
+from sagaboard.actions.services import work_queues
 from sagaboard.models import Project, Saga
-from sagaboard.selectors import visible
-from sagaboard.web import presenters
+from sagaboard.sagas.pages import presenters
 
 SAGA_LIVE = "sagaboard/saga_detail.html#saga-live"
 SAGA_ROW_LIVE = "sagaboard/saga_list.html#saga-row-live"
@@ -52,9 +53,11 @@ def saga_row_gone(saga_pk: int) -> str:
 
 def queue_changes(projects: Sequence[Project], saga_pk: int, step_id: str, kind: str) -> str:
     """The queue items an approval event touched: appended, replaced or removed."""
-    approvals = presenters.queue_items(work_queues.approvals_for_step(projects, saga_pk, step_id))
+    approvals = queue_presenters.queue_items(
+        work_queues.approvals_for_step(projects, saga_pk, step_id)
+    )
     return "".join(
-        render_to_string(QUEUE.format(presenters.queue_fragment(a, kind)), {"a": a, **_LIVE})
+        render_to_string(QUEUE.format(queue_presenters.queue_fragment(a, kind)), {"a": a, **_LIVE})
         for a in approvals
     )
 

@@ -21,7 +21,7 @@ class ApprovalPolicy(models.Model):
     """An admin's rule for which undos need a person, how many people, and for how long.
 
     Matched on the tool name (a glob) and an optional condition on the step's
-    input or output (``input.amount > 100``, see ``sagaboard.domain.conditions``).
+    input or output (``input.amount > 100``, see ``sagaboard.approvals.services.conditions``).
     Editing a policy bumps ``version``; approvals keep the version they were
     created under, so a change applies only to approvals created after it.
     """

@@ -9,7 +9,7 @@ The lease (``lease_owner``, ``lease_expires_at``) says which worker holds the jo
 
 Making a request is not knowing its outcome: an item whose retry, resolve or approval was
 accepted stays ``requested`` (still running) until the undo it started has ended, and the
-job stays ``finishing`` until the last of them has (``sagaboard.domain.batch_outcomes``).
+job stays ``finishing`` until the last of them has (``sagaboard.actions.services.batch_outcomes``).
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ class Saga(models.Model):
     )
     """How its rollback came to rest (``undo_core.assess_rollback``); NULL while none has.
 
-    Kept by every write path (``sagaboard.selectors.rollback_outcomes``), so lists can
+    Kept by every write path (``sagaboard.engine.reads.rollback_outcomes``), so lists can
     filter and count by it.
     """
     outcome_summary = models.CharField(max_length=200, blank=True, default="", db_default="")

@@ -2,7 +2,7 @@
 
 The health pages read these rows, never the steps: at a million steps a scan per page
 is too slow, while a week of hourly buckets is a few hundred rows per tool.
-``sagaboard.domain.tool_rollup`` keeps them up to date from the steps and attempts.
+``sagaboard.health.services.tool_rollup`` keeps them up to date from the steps and attempts.
 
 Durations are kept as histograms with fixed log-scale bins (``duration_bin``), so the
 p50 / p95 of any window are read from the sum of its buckets' histograms: exact to

@@ -11,7 +11,7 @@ from typing import Any
 from celery.signals import worker_ready
 from django.db import connection
 
-from sagaboard.domain.health import worker_heartbeat
+from sagaboard.health.services.health import worker_heartbeat
 
 HEARTBEAT_SECONDS = 15.0
 

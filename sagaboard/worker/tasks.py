@@ -1,6 +1,6 @@
 """Celery tasks: thin adapters that call domain services (runner, approvals, notifications).
 
-Services ask for these by name (``sagaboard.domain.jobs``); the names are fixed there.
+Services ask for these by name (``sagaboard.infra.jobs``); the names are fixed there.
 Every task is acknowledged late. A worker killed mid-undo leaves its saga's lease
 behind: on the same host the next worker sees the owner's process is gone and
 takes over at once, elsewhere when the lease lapses; the periodic sweep finds
@@ -17,17 +17,12 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from sagaboard.domain import (
-    approvals,
-    batch_outcomes,
-    batches,
-    jobs,
-    notifications,
-    retention,
-    runner,
-    saga_stop,
-    tool_rollup,
-)
+from sagaboard.actions.services import batch_outcomes, runner, saga_stop
+from sagaboard.approvals.services import approvals
+from sagaboard.batches.services import batches
+from sagaboard.health.services import retention, tool_rollup
+from sagaboard.infra import jobs
+from sagaboard.notify.services import notifications
 
 
 @shared_task(name=jobs.ROLLBACK_CONTINUE, bind=True, acks_late=True, max_retries=None)

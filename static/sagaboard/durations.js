@@ -1,8 +1,8 @@
 // The saga list: a running saga's duration ticks (now - started), written like the server's
-// `duration` filter (sagaboard.web.times.duration_text). A static file (the CSP allows no inline script); it only rewrites the
+// `duration` filter (sagaboard.ui.times.duration_text). A static file (the CSP allows no inline script); it only rewrites the
 // text of <time class="duration" data-started="..."> elements.
 (function () {
-  // The same rules as sagaboard.web.times.duration_text.
+  // The same rules as sagaboard.ui.times.duration_text.
   function text(ms) {
     var seconds = Math.max(0, ms) / 1000;
     if (seconds < 0.0005) return seconds > 0 ? "<1 ms" : "0 ms";

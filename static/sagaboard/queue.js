@@ -100,7 +100,7 @@
   }, true);
 
   // A retry or resolve that was only requested when its answer came says so, and names
-  // where its message is read again (data-follow: sagaboard.web.queue_pages.step_outcome).
+  // where its message is read again (data-follow: sagaboard.actions.pages.queue_pages.step_outcome).
   // It is asked again as it arrives (the undo may have run, or failed, before the answer
   // reached the page) and whenever a live update re-renders what the page shows, until the
   // answer is the outcome ("Retry failed: ..."), which follows nothing more. One request at

@@ -1,4 +1,4 @@
-// The saga timeline while the saga is live (sagaboard.web.timeline): each second the
+// The saga timeline while the saga is live (sagaboard.sagas.pages.timeline): each second the
 // now-line moves right and the bars still open (a run, an undo, a wait) stretch with it,
 // until the chart's right edge; the next live update re-renders the whole timeline.
 // Elapsed time is this browser's own (performance.now) since it first saw the chart, so a

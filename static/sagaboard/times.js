@@ -1,6 +1,6 @@
 // Times people trust (README "Times"). The server writes every time as
 // <time datetime="...Z" data-when="relative|exact"> with the exact UTC text
-// ({% when %}, sagaboard/web/templatetags/sagaboard_time.py). This shows each in the zone
+// ({% when %}, sagaboard/ui/templatetags/sagaboard_time.py). This shows each in the zone
 // the reader chose (UTC or their own: the header's toggle, kept in localStorage and in a
 // cookie so the server's next page starts with it), "3 min ago" as the text of a
 // relative one, and the exact time in its .when-detail (shown on hover and focus, and

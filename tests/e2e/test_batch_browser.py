@@ -44,7 +44,7 @@ SETTINGS = "tests.support.crash_settings"
 SEED = f"""
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
-from sagaboard.domain.roles import roles_sync
+from sagaboard.access.services.roles import roles_sync
 from sagaboard.models import Project
 from tests.support.batch_world import failed_undos
 

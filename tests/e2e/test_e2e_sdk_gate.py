@@ -30,7 +30,7 @@ APPROVER = """
 import time
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from sagaboard.domain.approvals import approval_decide
+from sagaboard.approvals.services.approvals import approval_decide
 from sagaboard.models import Approval, Project
 
 ann = get_user_model().objects.create_user("ann", password="pw-ann-123456")

@@ -22,8 +22,8 @@ PASSWORD = "pw-stop-e2e-2718"
 MAKE_SAGAS = f"""
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from sagaboard.domain.event_schema import EventBatchIn
-from sagaboard.domain.ingest import events_ingest
+from sagaboard.api.event_schema import EventBatchIn
+from sagaboard.record.services.ingest import events_ingest
 from sagaboard.models import Project
 from tests.support.agent_runs import storebot_events
 

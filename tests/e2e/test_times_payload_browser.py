@@ -35,7 +35,7 @@ from datetime import UTC, datetime, timedelta
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.utils import timezone
-from sagaboard.domain.django_store import DjangoStore
+from sagaboard.engine.services.django_store import DjangoStore
 from sagaboard.models import Project, Saga
 from undo_core import Saga as EngineSaga, define_tool
 

@@ -22,7 +22,8 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from sagaboard.domain import approvals, runner
+from sagaboard.actions.services import runner
+from sagaboard.approvals.services import approvals
 from sagaboard.infra import observed_time, rate_limits
 from sagaboard.models import Approval, ApprovalPolicy, AuditEntry, Project, Saga, Step
 from undo_core import SagaStatus, StepState, default_owner

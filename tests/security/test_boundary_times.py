@@ -24,11 +24,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import event as count_as
 from hypothesis import strategies as st
 
-from sagaboard.domain import tool_rollup
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.reads import visible
+from sagaboard.access.services.tokens import token_create
+from sagaboard.health.services import tool_rollup
 from sagaboard.live import fragments
 from sagaboard.models import Project, Saga
-from sagaboard.selectors import visible
 from tests.support.agent_runs import paused_storebot_events, post_events
 from tests.support.hitl import person
 

@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from sagaboard.domain import approvals, manual_flow, runner
-from sagaboard.domain.tokens import token_create
-from sagaboard.domain.undo_kinds import COMMAND_ENV, OUTPUT_CAP, plan_for, plan_hash
+from sagaboard.access.services.tokens import token_create
+from sagaboard.actions.services import runner
+from sagaboard.approvals.services import approvals
+from sagaboard.engine.services.undo_kinds import COMMAND_ENV, OUTPUT_CAP, plan_for, plan_hash
 from sagaboard.models import Approval, AuditEntry, Event, Project, Saga, Step
+from sagaboard.record.services import manual_flow
 from tests.support.agent_runs import storebot_events
 from tests.support.hitl import one_step_saga, person
 

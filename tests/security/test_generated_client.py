@@ -29,8 +29,9 @@ from django.contrib.auth import get_user_model
 from django.http import QueryDict
 from django.test import Client
 
-from sagaboard.domain import batches, operator_actions
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.services.tokens import token_create
+from sagaboard.actions.services import operator_actions
+from sagaboard.batches.services import batches
 from sagaboard.models import Project, Step
 from tests.support.agent_runs import paused_storebot_events
 from tests.support.hitl import person

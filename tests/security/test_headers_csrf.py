@@ -34,9 +34,10 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, RoutePattern
 from django.utils import timezone
 
-from sagaboard.domain import link_tokens, runner
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.services.tokens import token_create
+from sagaboard.actions.services import runner
 from sagaboard.models import ApiToken, Approval, ApprovalPolicy, DecisionLink, Project, Step
+from sagaboard.notify.services import link_tokens
 from tests.support.hitl import person, storebot_server_saga
 from tests.support.live_server import ROOT
 

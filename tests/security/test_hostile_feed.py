@@ -18,12 +18,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
+from sagaboard.access.reads.visible import last_event_id
+from sagaboard.access.services.roles import roles_sync
 from sagaboard.config.asgi import application
-from sagaboard.domain.django_store import DjangoStore
-from sagaboard.domain.roles import roles_sync
+from sagaboard.engine.services.django_store import DjangoStore
 from sagaboard.live.relay import stop_all
 from sagaboard.models import Project
-from sagaboard.selectors.visible import last_event_id
 from undo_core import Saga as EngineSaga
 from undo_core import define_tool
 

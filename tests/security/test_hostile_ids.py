@@ -17,8 +17,8 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from sagaboard.domain.django_store import DjangoStore
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.services.tokens import token_create
+from sagaboard.engine.services.django_store import DjangoStore
 from sagaboard.infra.text_policy import visible
 from sagaboard.live import consumers, fragments
 from sagaboard.models import Project

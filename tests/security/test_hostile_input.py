@@ -12,10 +12,10 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.reads import visible
+from sagaboard.access.services.tokens import token_create
 from sagaboard.infra.body_limit import BodyLimit
 from sagaboard.models import Project
-from sagaboard.selectors import visible
 from tests.support.agent_runs import storebot_events
 from tests.support.fuzz_data import DatabaseState, table_digests
 

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.services.tokens import token_create
 from sagaboard.models import Project
 from tests.support.agent_runs import storebot_events
 from tests.support.batch_cost import cost

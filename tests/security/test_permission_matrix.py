@@ -26,20 +26,14 @@ from django.test import Client, override_settings
 from django.urls import URLPattern
 from django.utils import timezone
 
-from sagaboard.api.v1 import api
+from sagaboard.access.services.roles import roles_sync
+from sagaboard.access.services.tokens import token_create, token_revoke
+from sagaboard.actions.services import decisions, operator_actions, runner
+from sagaboard.collab.services import notes
 from sagaboard.config import urls
+from sagaboard.config.api import api
 from sagaboard.config.asgi import application
-from sagaboard.domain import (
-    decisions,
-    health,
-    link_tokens,
-    manual_flow,
-    notes,
-    operator_actions,
-    runner,
-)
-from sagaboard.domain.roles import roles_sync
-from sagaboard.domain.tokens import token_create, token_revoke
+from sagaboard.health.services import health
 from sagaboard.live.relay import stop_all
 from sagaboard.live.routing import websocket_urlpatterns
 from sagaboard.models import (
@@ -58,6 +52,8 @@ from sagaboard.models import (
     SavedView,
     Step,
 )
+from sagaboard.notify.services import link_tokens
+from sagaboard.record.services import manual_flow
 from tests.support.agent_runs import Recorder, paused_storebot_events
 from tests.support.hitl import storebot_server_saga
 from tests.support.permission_matrix import (

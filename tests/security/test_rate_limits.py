@@ -18,7 +18,7 @@ from django.core.cache import cache
 from django.core.cache.backends.redis import RedisCache
 from django.test import Client
 
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.services.tokens import token_create
 from sagaboard.infra import rate_limits
 from sagaboard.infra.rate_limits import Rate, parse_rate
 from sagaboard.models import ApiToken, AuditEntry, Project

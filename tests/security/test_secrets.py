@@ -26,7 +26,8 @@ from django.test import Client, RequestFactory
 from django.views.debug import get_default_exception_reporter_filter
 
 from sagaboard import models
-from sagaboard.domain import runner, tokens
+from sagaboard.access.services import tokens
+from sagaboard.actions.services import runner
 from sagaboard.infra.logs import JsonFormatter
 from sagaboard.models import ApiToken, Notification, Project, Saga
 from sagaboard.worker import tasks

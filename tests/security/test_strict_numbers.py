@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.services.tokens import token_create
 from sagaboard.infra.json_body import BadValue, parse_json
 from sagaboard.models import Project, Step
 from tests.security.test_hostile_input import AT_ATTEMPT, digests, refused_naming, tampered

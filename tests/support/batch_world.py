@@ -65,7 +65,7 @@ def demo_batch() -> int:
     from django.db import transaction
     from django.http import QueryDict
 
-    from sagaboard.domain import batches
+    from sagaboard.batches.services import batches
 
     user = get_user_model().objects.get(username="demo")
     with transaction.atomic():  # the worker is asked on commit: by then it is cancelled
@@ -89,8 +89,8 @@ def crash_seed(n: int = 30) -> None:
     from django.contrib.auth.models import Group, Permission
     from django.http import QueryDict
 
-    from sagaboard.domain import batches
-    from sagaboard.domain.roles import roles_sync
+    from sagaboard.access.services.roles import roles_sync
+    from sagaboard.batches.services import batches
     from tests.support.hitl import person
 
     roles_sync(Group, Permission)
@@ -115,7 +115,8 @@ def screenshot_batch(n: int = 40) -> int:
     from django.contrib.auth import get_user_model
     from django.http import QueryDict
 
-    from sagaboard.domain import batches, operator_actions
+    from sagaboard.actions.services import operator_actions
+    from sagaboard.batches.services import batches
 
     demo = Project.objects.get(slug="demo")
     steps = failed_undos(demo, n, prefix="refund-2026-12-02")

@@ -2,7 +2,7 @@
 approved undo and before the undo's own code starts.
 
 Loaded by the worker through ``CELERY_IMPORTS`` (``tests.support.claim_crash_settings``).
-``sagaboard.domain.undo_kinds.run`` is what the runner's undo calls once the worker holds
+``sagaboard.engine.services.undo_kinds.run`` is what the runner's undo calls once the worker holds
 the task and the saga's lease, the engine has written the step COMPENSATING and the
 approval that stands has been checked: the last moment before the undo's own code. Here:
 
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sagaboard.domain import undo_kinds
+from sagaboard.engine.services import undo_kinds
 from tests.support import call_log
 from undo_core import UndoContext
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sagaboard.domain.undo_kinds import compensation
+from sagaboard.engine.services.undo_kinds import compensation
 from tests.support import call_log
 from undo_core import UndoContext
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import uuid
 
-from sagaboard.domain import manual_flow
 from sagaboard.models import Project, Saga
+from sagaboard.record.services import manual_flow
 
 
 def _eid() -> str:

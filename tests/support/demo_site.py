@@ -18,7 +18,7 @@ from tests.support.live_server import LIVE_SECRET_KEY, Server, load_demo, manage
 
 EXTRAS = (
     "from django.contrib.auth import get_user_model; from sagaboard.models import Project; "
-    "from sagaboard.domain.policies import policy_save; "
+    "from sagaboard.approvals.services.policies import policy_save; "
     "policy_save(project=Project.objects.get(slug='demo'), "
     "user=get_user_model().objects.get(username='demo'), "
     "data={'name': 'big refunds', 'tool_glob': 'refund_*', 'condition': 'input.amount > 10000', "

@@ -21,8 +21,8 @@ from urllib.parse import urlencode
 
 from django.test import Client
 
-from sagaboard.domain import notifications
 from sagaboard.models import Notification
+from sagaboard.notify.services import notifications
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 

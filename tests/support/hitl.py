@@ -9,10 +9,11 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
+from sagaboard.access.services.roles import roles_sync
+from sagaboard.actions.services import runner
 from sagaboard.demo.flows import storebot_server_saga
-from sagaboard.domain import manual_flow, runner
-from sagaboard.domain.roles import roles_sync
 from sagaboard.models import Approval, Project, Saga, Step
+from sagaboard.record.services import manual_flow
 
 __all__ = ["one_step_saga", "person", "states", "storebot_server_saga"]
 

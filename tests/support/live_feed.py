@@ -9,7 +9,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from sagaboard.config.asgi import application
-from sagaboard.domain.django_store import DjangoStore
+from sagaboard.engine.services.django_store import DjangoStore
 from sagaboard.models import Project, Saga
 from undo_core import Saga as EngineSaga
 from undo_core import define_tool

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sagaboard.domain.django_store import DjangoStore
+from sagaboard.engine.services.django_store import DjangoStore
 from sagaboard.models import ApiToken, Project, Saga
 from undo_core import Saga as EngineSaga
 from undo_core import SagaRollbackError, define_tool

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sagaboard.demo.compensations import cancel_refund, cancel_return
-from sagaboard.domain.undo_kinds import compensation
+from sagaboard.engine.services.undo_kinds import compensation
 from undo_core import UndoContext
 
 _calls_here = 0

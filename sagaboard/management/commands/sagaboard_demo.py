@@ -14,7 +14,7 @@ from sagaboard.demo.flows import (
     demo_people,
     demo_user,
 )
-from sagaboard.domain.tool_rollup import rollup_fold
+from sagaboard.health.services.tool_rollup import rollup_fold
 from sagaboard.models import Approval
 
 

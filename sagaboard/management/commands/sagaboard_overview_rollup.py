@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sagaboard.domain import overview_rollup
+from sagaboard.health.services import overview_rollup
 
 
 class Command(BaseCommand):

@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sagaboard.domain.retention import MAX_BATCH, RetentionReport, retention_run
+from sagaboard.health.services.retention import MAX_BATCH, RetentionReport, retention_run
 
 AGE = re.compile(r"^\s*(\d+)\s*(d|days?|h|hours?)?\s*$", re.IGNORECASE)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sagaboard.domain.tool_rollup import CHUNK, rollup_fold
+from sagaboard.health.services.tool_rollup import CHUNK, rollup_fold
 
 
 class Command(BaseCommand):

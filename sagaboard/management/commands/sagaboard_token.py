@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sagaboard.domain.tokens import parse_prefix, token_create, token_revoke
+from sagaboard.access.services.tokens import parse_prefix, token_create, token_revoke
 from sagaboard.models import ApiToken, Project
 
 

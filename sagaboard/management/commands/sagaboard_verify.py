@@ -6,9 +6,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sagaboard.domain import overview_rollup
-from sagaboard.domain.audit_chain import verify_audit
-from sagaboard.domain.verify import verify
+from sagaboard.audit.services.audit_chain import verify_audit
+from sagaboard.health.services import overview_rollup
+from sagaboard.record.services.verify import verify
 
 
 class Command(BaseCommand):

@@ -14,10 +14,11 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from django.test import Client
 
-from sagaboard.domain import approvals, operator_actions
-from sagaboard.domain.roles import roles_sync
-from sagaboard.domain.tokens import token_create
-from sagaboard.domain.undo_kinds import plan_for, plan_hash
+from sagaboard.access.services.roles import roles_sync
+from sagaboard.access.services.tokens import token_create
+from sagaboard.actions.services import operator_actions
+from sagaboard.approvals.services import approvals
+from sagaboard.engine.services.undo_kinds import plan_for, plan_hash
 from sagaboard.models import Approval, ApprovalPolicy, AuditEntry, Project, Step
 from tests.support.agent_runs import paused_storebot_events as storebot_run
 from tests.support.hitl import person, storebot_server_saga

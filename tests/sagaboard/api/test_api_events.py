@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from sagaboard.domain.tokens import token_create, token_revoke
+from sagaboard.access.services.tokens import token_create, token_revoke
 from sagaboard.models import Event, Project, Saga, Step
 from tests.support.agent_runs import storebot_events
 
@@ -308,7 +308,7 @@ def test_a_list_page_costs_the_same_queries_whatever_the_size(
 def test_an_operators_rollback_request_is_in_the_answer_to_the_agents_next_events(
     api: Any, project: Project
 ) -> None:
-    from sagaboard.domain import saga_stop
+    from sagaboard.actions.services import saga_stop
     from tests.support.hitl import person
 
     events = storebot_events("stop-1")
@@ -335,7 +335,7 @@ def test_an_operators_rollback_request_is_in_the_answer_to_the_agents_next_event
 def test_the_rollback_requests_of_another_project_are_not_listed(
     api: Any, project: Project, client: Client
 ) -> None:
-    from sagaboard.domain import saga_stop
+    from sagaboard.actions.services import saga_stop
     from tests.support.hitl import person
 
     api.post("/events", {"events": storebot_events("stop-2")[:1]})

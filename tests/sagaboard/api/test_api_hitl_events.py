@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from sagaboard.domain import approvals, runner
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.services.tokens import token_create
+from sagaboard.actions.services import runner
+from sagaboard.approvals.services import approvals
 from sagaboard.models import Approval, Project
 from tests.support.hitl import person, storebot_server_saga
 

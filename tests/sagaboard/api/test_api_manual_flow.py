@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.services.tokens import token_create
 from sagaboard.models import ApiRequest, AuditEntry, Event, Project, Saga
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
@@ -152,7 +152,7 @@ def test_a_mirrored_saga_cannot_be_driven_by_hand(call: Any, project: Project) -
 
 
 def test_token_creation_and_revocation_are_audited(project: Project) -> None:
-    from sagaboard.domain.tokens import token_revoke
+    from sagaboard.access.services.tokens import token_revoke
 
     minted = token_create(project=project, label="bot")
     token_revoke(token=minted.token, reason="leaked in a log")

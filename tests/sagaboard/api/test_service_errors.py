@@ -16,11 +16,11 @@ from ninja import NinjaAPI, Router
 from ninja.testing import TestClient
 
 from sagaboard.api import errors
-from sagaboard.domain.approvals import DecisionRefused
-from sagaboard.domain.ingest import IngestError
+from sagaboard.approvals.services.approvals import DecisionRefused
 from sagaboard.errors import ServiceError
 from sagaboard.infra.limits import InputRefused
 from sagaboard.infra.rate_limits import RateLimited
+from sagaboard.record.services.ingest import IngestError
 
 
 def _refused_event() -> IngestError:

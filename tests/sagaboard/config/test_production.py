@@ -15,8 +15,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from sagaboard.domain import runner
-from sagaboard.domain.health import worker_heartbeat
+from sagaboard.actions.services import runner
+from sagaboard.health.services.health import worker_heartbeat
 from sagaboard.infra.logs import JsonFormatter, SagaContextFilter, saga_context
 from sagaboard.models import Heartbeat, Project
 from tests.support.hitl import storebot_server_saga
@@ -80,7 +80,7 @@ def test_metrics_need_the_token_when_one_is_set(client: Client, settings: Any) -
 
 
 def test_log_lines_about_a_saga_carry_its_ids_as_json() -> None:
-    record = logging.makeLogRecord({"name": "sagaboard.domain.runner", "msg": "undo %s",
+    record = logging.makeLogRecord({"name": "sagaboard.actions.services.runner", "msg": "undo %s",
                                     "args": (2,), "levelname": "INFO", "attempt": 2})  # fmt: skip
     with saga_context("storebot-1", "step-2"):
         SagaContextFilter().filter(record)

@@ -11,8 +11,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
 from django.core.management import CommandError, call_command
 
+from sagaboard.approvals.services.approvals import DecisionRefused, approval_decide
 from sagaboard.demo.flows import DEMO_PEOPLE, TWO_APPROVERS
-from sagaboard.domain.approvals import DecisionRefused, approval_decide
 from sagaboard.models import Approval, ApprovalPolicy, Project, Saga, Step
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
@@ -275,13 +275,13 @@ def _demo(settings) -> Any:  # type: ignore[no-untyped-def]
 
 
 def _plan(saga: Saga) -> dict[str, str]:
-    from sagaboard.domain.work_queues import compensation_plan
+    from sagaboard.actions.services.work_queues import compensation_plan
 
     return {line["step"].tool_name: str(line["what"]) for line in compensation_plan(saga)}
 
 
 def test_stopping_the_demos_running_checkout_rolls_it_back_as_its_plan_said(settings) -> None:  # type: ignore[no-untyped-def]
-    from sagaboard.domain import runner, saga_stop
+    from sagaboard.actions.services import runner, saga_stop
 
     _, olga = _demo(settings)
     saga = Saga.objects.get(saga_id="demo-checkout-running")
@@ -294,7 +294,7 @@ def test_stopping_the_demos_running_checkout_rolls_it_back_as_its_plan_said(sett
 
 
 def test_force_resolving_the_demos_stuck_refund_lets_the_worker_undo_the_return(settings) -> None:  # type: ignore[no-untyped-def]
-    from sagaboard.domain import operator_actions, runner
+    from sagaboard.actions.services import operator_actions, runner
 
     _, olga = _demo(settings)
     saga = Saga.objects.get(saga_id="demo-refund-stuck")
@@ -326,7 +326,7 @@ def test_force_resolving_the_demos_stuck_refund_lets_the_worker_undo_the_return(
 
 
 def test_retrying_the_demos_failing_return_fails_once_more_then_succeeds(settings) -> None:  # type: ignore[no-untyped-def]
-    from sagaboard.domain import operator_actions, runner
+    from sagaboard.actions.services import operator_actions, runner
 
     _, olga = _demo(settings)
     saga = Saga.objects.get(saga_id="demo-return-failing")

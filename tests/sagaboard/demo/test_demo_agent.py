@@ -23,10 +23,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from sagaboard.access.services.tokens import token_revoke
 from sagaboard.config.wsgi import application
 from sagaboard.demo.agent import SAGA_NAME, Agent, wait_for_server
 from sagaboard.demo.flows import AGENT_TOKEN, demo_agent_token
-from sagaboard.domain.tokens import token_revoke
 from sagaboard.management.commands import sagaboard_demo_agent as agent_command
 from sagaboard.models import ApiToken, AuditEntry, Saga
 

@@ -24,10 +24,13 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django.db import connection
 
-from sagaboard.domain import approvals, jobs, manual_flow, runner
-from sagaboard.domain.roles import roles_sync
-from sagaboard.domain.undo_kinds import compensation
+from sagaboard.access.services.roles import roles_sync
+from sagaboard.actions.services import runner
+from sagaboard.approvals.services import approvals
+from sagaboard.engine.services.undo_kinds import compensation
+from sagaboard.infra import jobs
 from sagaboard.models import Approval, ApprovalPolicy, Project, Saga, Step
+from sagaboard.record.services import manual_flow
 from tests.support.hitl import person
 from undo_core import UndoContext
 

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from sagaboard.domain import approvals, runner
-from sagaboard.domain.approvals import DecisionRefused
+from sagaboard.actions.services import runner
+from sagaboard.approvals.services import approvals
+from sagaboard.approvals.services.approvals import DecisionRefused
 from sagaboard.models import (
     ApiToken,
     Approval,

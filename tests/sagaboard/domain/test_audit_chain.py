@@ -15,8 +15,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, transaction
 
-from sagaboard.domain.audit import export_recorded
-from sagaboard.domain.audit_chain import verify_audit
+from sagaboard.audit.services.audit import export_recorded
+from sagaboard.audit.services.audit_chain import verify_audit
 from sagaboard.infra.hash_chain import GENESIS, link_hash
 from sagaboard.models import AuditChain, AuditEntry, Project
 from tests.support import racing

@@ -16,10 +16,12 @@ from django.http import QueryDict
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from sagaboard.domain import batch_outcomes, batches, jobs, runner, saga_stop, undo_kinds
-from sagaboard.domain.django_store import DjangoStore
-from sagaboard.domain.tokens import token_create
-from sagaboard.infra import permalinks
+from sagaboard.access.services.tokens import token_create
+from sagaboard.actions.services import batch_outcomes, runner, saga_stop
+from sagaboard.batches.services import batches
+from sagaboard.engine.services import undo_kinds
+from sagaboard.engine.services.django_store import DjangoStore
+from sagaboard.infra import jobs, permalinks
 from sagaboard.models import AuditEntry, BatchJob, Project, Saga, Step
 from tests.support.batch_world import failed_undos
 from tests.support.hitl import person, storebot_server_saga, waiting
@@ -265,7 +267,7 @@ def test_a_cancelled_job_still_follows_what_it_asked_for(
 def test_an_agents_retry_is_reported_when_the_agent_acknowledges_it(
     shop: Project, queued: list[Any]
 ) -> None:
-    from sagaboard.domain import decisions
+    from sagaboard.actions.services import decisions
 
     steps = failed_undos(shop, 2)  # sagas their agent runs: its SDK carries a retry out
     olga = person("olga", "operator", shop)

@@ -11,8 +11,10 @@ import pytest
 from django.db import connection
 from django.http import QueryDict
 
-from sagaboard.domain import batches, decisions, jobs, operator_actions
-from sagaboard.domain.approvals import DecisionRefused
+from sagaboard.actions.services import decisions, operator_actions
+from sagaboard.approvals.services.approvals import DecisionRefused
+from sagaboard.batches.services import batches
+from sagaboard.infra import jobs
 from sagaboard.models import Approval, AuditEntry, BatchItem, BatchJob, Project, Step
 from tests.support.batch_world import failed_undos
 from tests.support.hitl import person, waiting

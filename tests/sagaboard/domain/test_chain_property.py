@@ -58,25 +58,20 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from sagaboard.domain import (
-    approvals,
-    batches,
-    jobs,
-    manual_flow,
-    operator_actions,
-    saga_stop,
-    verify,
-    work_queues,
-)
-from sagaboard.domain.approvals import DecisionRefused
-from sagaboard.domain.batch_outcomes import item_counts
-from sagaboard.domain.django_store import DjangoStore
-from sagaboard.domain.roles import roles_sync
-from sagaboard.domain.tokens import token_create
-from sagaboard.domain.undo_kinds import compensation
-from sagaboard.domain.worker_store import Busy
+from sagaboard.access.services.roles import roles_sync
+from sagaboard.access.services.tokens import token_create
+from sagaboard.actions.services import operator_actions, saga_stop, work_queues
+from sagaboard.actions.services.batch_outcomes import item_counts
+from sagaboard.approvals.services import approvals
+from sagaboard.approvals.services.approvals import DecisionRefused
+from sagaboard.batches.services import batches
+from sagaboard.engine.services.django_store import DjangoStore
+from sagaboard.engine.services.undo_kinds import compensation
+from sagaboard.engine.services.worker_store import Busy
 from sagaboard.errors import ServiceError
+from sagaboard.infra import jobs
 from sagaboard.models import Approval, AuditEntry, BatchItem, BatchJob, Project, Saga, Step
+from sagaboard.record.services import manual_flow, verify
 from undo_core import RollbackRequestedError, SagaStatus, StepState, define_tool
 from undo_core import Saga as EngineSaga
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sagaboard.domain.django_store import DjangoStore
+from sagaboard.engine.services.django_store import DjangoStore
 from sagaboard.models import Project
 
 _CONTRACT = Path(__file__).resolve().parents[2] / "undo_core" / "test_store_contract.py"

@@ -22,9 +22,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from sagaboard.domain.django_store import DjangoStore
+from sagaboard.engine.reads import rollback_outcomes
+from sagaboard.engine.services.django_store import DjangoStore
 from sagaboard.models import Event, Project, Saga, Step
-from sagaboard.selectors import rollback_outcomes
 from undo_core import LeaseError, SagaChange, SagaRollbackError, define_tool
 from undo_core import Saga as EngineSaga
 

@@ -31,10 +31,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.db import connection
 
-from sagaboard.domain import approvals, jobs, operator_actions, runner
-from sagaboard.domain.approvals import DecisionRefused
-from sagaboard.domain.roles import roles_sync
-from sagaboard.domain.undo_kinds import compensation
+from sagaboard.access.services.roles import roles_sync
+from sagaboard.actions.services import operator_actions, runner
+from sagaboard.approvals.services import approvals
+from sagaboard.approvals.services.approvals import DecisionRefused
+from sagaboard.engine.services.undo_kinds import compensation
+from sagaboard.infra import jobs
 from sagaboard.models import (
     Approval,
     ApprovalPolicy,

@@ -11,10 +11,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from sagaboard.domain.event_schema import EventBatchIn
-from sagaboard.domain.ingest import events_ingest
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.services.tokens import token_create
+from sagaboard.api.event_schema import EventBatchIn
 from sagaboard.models import Event, Project, Step
+from sagaboard.record.services.ingest import events_ingest
 from tests.support.agent_runs import storebot_events
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]

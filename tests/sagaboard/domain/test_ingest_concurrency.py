@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from sagaboard.domain.event_schema import EventBatchIn
-from sagaboard.domain.ingest import IngestError, events_ingest
+from sagaboard.api.event_schema import EventBatchIn
 from sagaboard.models import Event, Project, Saga
+from sagaboard.record.services.ingest import IngestError, events_ingest
 from tests.support.agent_runs import storebot_events
 
 pytestmark = [

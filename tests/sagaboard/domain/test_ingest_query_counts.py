@@ -14,7 +14,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.services.tokens import token_create
 from sagaboard.models import Event, Project, Saga
 from tests.support.agent_runs import post_events
 from tests.support.live_server import EventRecorder

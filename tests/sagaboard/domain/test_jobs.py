@@ -8,7 +8,7 @@ import pytest
 from celery import current_app
 from django.db import transaction
 
-from sagaboard.domain import jobs
+from sagaboard.infra import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

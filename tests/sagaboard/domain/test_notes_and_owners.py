@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 from django.http import QueryDict
 
-from sagaboard.domain import notes, ownership, runner
-from sagaboard.domain.approvals import DecisionRefused
+from sagaboard.actions.services import runner
+from sagaboard.approvals.services.approvals import DecisionRefused
+from sagaboard.collab.reads import notes as note_reads
+from sagaboard.collab.services import notes, ownership
 from sagaboard.models import AuditEntry, Note, NoteRevision, Project, Saga, Step
-from sagaboard.selectors import notes as note_reads
-from sagaboard.selectors import saga_search
-from sagaboard.web.markdown_text import render
+from sagaboard.search.reads import saga_search
+from sagaboard.ui.markdown_text import render
 from tests.support.hitl import person, storebot_server_saga
 
 pytestmark = pytest.mark.django_db

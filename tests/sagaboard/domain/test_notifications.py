@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from sagaboard.domain import notifications, runner
+from sagaboard.actions.services import runner
 from sagaboard.models import Notification, Project
+from sagaboard.notify.services import notifications
 from tests.support.hitl import storebot_server_saga
 from tests.support.webhook_receiver import Receiver
 

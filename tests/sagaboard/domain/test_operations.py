@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sagaboard.domain import operator_actions, runner
-from sagaboard.domain.approvals import DecisionRefused
+from sagaboard.actions.services import operator_actions, runner
+from sagaboard.approvals.services.approvals import DecisionRefused
 from sagaboard.models import AuditEntry, Event, Project, Saga, Step
 from tests.support.hitl import person, states, storebot_server_saga
 

@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from sagaboard.domain import jobs, runner, tokens
+from sagaboard.access.services import tokens
+from sagaboard.actions.services import runner
+from sagaboard.infra import jobs
 from sagaboard.live import consumers
 from sagaboard.models import Approval, AuditEntry, Project, Saga, Step
-from sagaboard.web.present import json_text
+from sagaboard.ui.present import json_text
 from tests.support.hitl import login, person, storebot_server_saga, waiting
 
 pytestmark = pytest.mark.django_db
@@ -275,7 +277,7 @@ def test_inputs_and_outputs_read_as_json_on_every_page_and_fragment(shop: Projec
     assert "&quot;ok&quot;: true" in queue_section and "&quot;n&quot;: null" in queue_section
     assert "<b>bold</b>" not in queue
     _no_repr(queue_section)
-    # The saga page draws them as JSON trees (sagaboard.web.payloads): JSON's words, typed.
+    # The saga page draws them as JSON trees (sagaboard.ui.payloads): JSON's words, typed.
     for html in (detail, live_detail):
         section = html.split("refund_payment", 1)[1].split("Event log")[0]
 

@@ -18,9 +18,9 @@ from django.core.management import call_command, load_command_class
 from django.core.management.base import CommandError
 from django.test import Client
 
-from sagaboard.domain.tokens import token_create
-from sagaboard.domain.verify import verify
+from sagaboard.access.services.tokens import token_create
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
+from sagaboard.record.services.verify import verify
 from tests.support.agent_runs import paused_storebot_events, post_events, storebot_events
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]

@@ -22,9 +22,9 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sagaboard.domain.tokens import token_create
-from sagaboard.domain.verify import verify
+from sagaboard.access.services.tokens import token_create
 from sagaboard.models import Event, Project, Saga
+from sagaboard.record.services.verify import verify
 from tests.support.agent_runs import Recorder, paused_storebot_events, post_events, storebot_events
 from undo_core import STEP_TRANSITIONS, RetryPolicy, SagaRollbackError, StepState, define_tool
 from undo_core import Saga as LocalSaga

@@ -14,10 +14,12 @@ from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 from django.utils import timezone
 
+from sagaboard.actions.services import runner
+from sagaboard.approvals.services import approvals
 from sagaboard.config.celery import app
-from sagaboard.domain import approvals, retention, runner
-from sagaboard.domain.django_store import DjangoStore
-from sagaboard.domain.retention import archive_read, retention_run, sagas_expired
+from sagaboard.engine.services.django_store import DjangoStore
+from sagaboard.health.services import retention
+from sagaboard.health.services.retention import archive_read, retention_run, sagas_expired
 from sagaboard.management.commands.sagaboard_retention import parse_age
 from sagaboard.models import (
     ApiRequest,

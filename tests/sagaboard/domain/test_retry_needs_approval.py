@@ -20,10 +20,13 @@ from django.core.management import call_command
 from django.http import QueryDict
 from django.test import Client
 
+from sagaboard.actions.services import batch_outcomes, operator_actions, runner
+from sagaboard.actions.services.work_queues import approvals_pending, compensation_plan
+from sagaboard.approvals.services import approvals
+from sagaboard.approvals.services.approvals import DecisionRefused, approval_decide
+from sagaboard.batches.services import batches
 from sagaboard.demo.flows import DEMO_PEOPLE, TWO_APPROVERS, storebot_server_saga
-from sagaboard.domain import approvals, batch_outcomes, batches, jobs, operator_actions, runner
-from sagaboard.domain.approvals import DecisionRefused, approval_decide
-from sagaboard.domain.work_queues import approvals_pending, compensation_plan
+from sagaboard.infra import jobs
 from sagaboard.live import fragments
 from sagaboard.models import Approval, ApprovalPolicy, AuditEntry, Project, Saga, Step
 from sagaboard.worker import tasks
@@ -223,7 +226,7 @@ def test_a_pending_approval_left_on_a_step_that_settled_is_voided_by_the_worker(
 ) -> None:
     """However it came to be (a worker's refused undo opened one), none outlives its step."""
     refund = stuck_refund(shop)
-    from sagaboard.domain.approvals import approval_open
+    from sagaboard.approvals.services.approvals import approval_open
 
     stale = approval_open(refund.saga, refund, WHY)
     operator_actions.step_act(step_pk=refund.pk, user=people["olga"], action="resolve",

@@ -14,10 +14,12 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from sagaboard.domain import approvals, operator_actions, runner
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.services.tokens import token_create
+from sagaboard.actions.services import operator_actions, runner
+from sagaboard.approvals.services import approvals
+from sagaboard.engine.reads import rollback_outcomes
+from sagaboard.health.reads import overview
 from sagaboard.models import Approval, Notification, Project, Saga, Step
-from sagaboard.selectors import overview, rollback_outcomes
 from tests.support.agent_runs import Recorder
 from tests.support.badges import status_texts
 from tests.support.hitl import person, storebot_server_saga

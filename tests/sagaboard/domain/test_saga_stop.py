@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from sagaboard.domain import manual_flow, runner, saga_stop
-from sagaboard.domain.approvals import DecisionRefused
+from sagaboard.actions.services import runner, saga_stop
+from sagaboard.approvals.services.approvals import DecisionRefused
 from sagaboard.models import AuditEntry, Event, Notification, Project, Saga, Step
+from sagaboard.record.services import manual_flow
 from tests.support.hitl import person
 
 pytestmark = pytest.mark.django_db

@@ -10,8 +10,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from sagaboard.domain import tool_rollup
-from sagaboard.domain.retention import retention_run
+from sagaboard.health.services import tool_rollup
+from sagaboard.health.services.retention import retention_run
 from sagaboard.models import CompensationAttempt, Project, Saga, Step, ToolRollup, ToolRollupMark
 from sagaboard.models.tool_health import FIVE_MINUTES, HOUR, duration_bin
 from tests.support.saga_rows import StepSpec, make_saga

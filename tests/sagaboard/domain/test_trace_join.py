@@ -15,9 +15,9 @@ from django.test import Client
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from sagaboard.access.services.tokens import token_create
+from sagaboard.actions.services import runner
 from sagaboard.config.wsgi import application
-from sagaboard.domain import runner
-from sagaboard.domain.tokens import token_create
 from sagaboard.models import Project, Saga, Step
 from tests.support.hitl import person
 from tests.support.webhook_receiver import Receiver

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from sagaboard.domain import approvals, runner, work_queues
-from sagaboard.domain.undo_kinds import COMMAND_ENV, plan_for, plan_hash
+from sagaboard.actions.services import runner, work_queues
+from sagaboard.approvals.services import approvals
+from sagaboard.engine.services.undo_kinds import COMMAND_ENV, plan_for, plan_hash
 from sagaboard.models import Approval, Event, Project, Saga, Step
 from tests.support.hitl import one_step_saga
 from tests.support.webhook_receiver import Receiver

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from sagaboard.domain import operator_actions, runner, saga_stop, work_queues
-from sagaboard.domain.approvals import DecisionRefused
-from sagaboard.domain.django_store import DjangoStore
-from sagaboard.domain.tokens import token_create
-from sagaboard.domain.undo_kinds import UndoRunner, undo_route, undo_runner
+from sagaboard.access.services.tokens import token_create
+from sagaboard.actions.services import operator_actions, runner, saga_stop, work_queues
+from sagaboard.approvals.services.approvals import DecisionRefused
+from sagaboard.engine.services.django_store import DjangoStore
+from sagaboard.engine.services.undo_kinds import UndoRunner, undo_route, undo_runner
 from sagaboard.models import Project, Saga, Step
 from tests.support.hitl import person
 from undo_core import RollbackRequestedError, define_tool

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from sagaboard.domain import operator_actions, runner, work_queues
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.services.tokens import token_create
+from sagaboard.actions.services import operator_actions, runner, work_queues
 from sagaboard.models import Project, Saga, Step
 from tests.support.hitl import person, storebot_server_saga
 

@@ -22,17 +22,19 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from sagaboard.access.reads import visible
+from sagaboard.access.services.roles import roles_sync
+from sagaboard.access.services.tokens import token_create
+from sagaboard.actions.services import operator_actions, runner
 from sagaboard.config.asgi import application
 from sagaboard.config.env import env_seconds
-from sagaboard.domain import manual_flow, operator_actions, runner
-from sagaboard.domain.django_store import DjangoStore
-from sagaboard.domain.retention import retention_run
-from sagaboard.domain.roles import roles_sync
-from sagaboard.domain.tokens import token_create
+from sagaboard.engine.services.django_store import DjangoStore
+from sagaboard.health.reads import overview
+from sagaboard.health.services.retention import retention_run
 from sagaboard.infra import clock
 from sagaboard.live.relay import stop_all
 from sagaboard.models import Event, Project, Saga, Step
-from sagaboard.selectors import overview, visible
+from sagaboard.record.services import manual_flow
 from tests.support.agent_runs import Recorder, post_events
 from undo_core import Saga as EngineSaga
 from undo_core import SagaRollbackError, define_tool

@@ -20,10 +20,10 @@ from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from sagaboard.domain.roles import roles_sync
+from sagaboard.access.reads import visible
+from sagaboard.access.services.roles import roles_sync
 from sagaboard.live.access import access_for_sessions
 from sagaboard.models import Project
-from sagaboard.selectors import visible
 
 pytestmark = pytest.mark.django_db
 

@@ -50,7 +50,7 @@ LOG_ID = re.compile(r'data-last="(\d+)"')
 # A saga of a few events made outside the web servers; prints its event log ids.
 MAKE_SAGA = (
     "import json; from sagaboard.models import Event, Project; "
-    "from sagaboard.domain.django_store import DjangoStore; "
+    "from sagaboard.engine.services.django_store import DjangoStore; "
     "from undo_core import Saga, define_tool; "
     "store = DjangoStore(Project.objects.get(slug='demo')); "
     "s = Saga('cluster', saga_id={saga_id!r}, store=store); "

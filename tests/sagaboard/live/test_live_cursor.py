@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from sagaboard.domain import audit, work_queues
+from sagaboard.access.reads import visible
+from sagaboard.actions.services import work_queues
+from sagaboard.audit.services import audit
 from sagaboard.models import Event, Project, Saga
-from sagaboard.selectors import visible
 from tests.support.hitl import person
 
 pytestmark = pytest.mark.django_db

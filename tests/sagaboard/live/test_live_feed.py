@@ -14,10 +14,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
-from sagaboard.domain.roles import roles_sync
+from sagaboard.access.reads.visible import last_event_id
+from sagaboard.access.services.roles import roles_sync
 from sagaboard.live.relay import project_group, relay, stop_all
 from sagaboard.models import Project
-from sagaboard.selectors.visible import last_event_id
 from tests.support.badges import status_texts
 from tests.support.live_feed import feed, received, run_saga
 
@@ -160,7 +160,7 @@ async def test_a_burst_piled_up_behind_a_slow_render_arrives_whole_in_few_render
     # Rendering one row per event, a busy process fell further behind its relay with every
     # burst (the topology test lost the tail of a run so): what piles up while a render
     # runs is rendered together in the next one.
-    from sagaboard.selectors import visible
+    from sagaboard.access.reads import visible
 
     calls: list[str] = []
 

@@ -11,11 +11,12 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
-from sagaboard.domain import approvals, runner
-from sagaboard.domain.roles import roles_sync
+from sagaboard.access.reads.visible import last_event_id
+from sagaboard.access.services.roles import roles_sync
+from sagaboard.actions.services import runner
+from sagaboard.approvals.services import approvals
 from sagaboard.live.relay import stop_all
 from sagaboard.models import Approval, Project
-from sagaboard.selectors.visible import last_event_id
 from tests.support.hitl import person, storebot_server_saga
 from tests.support.live_feed import feed, received, run_saga
 
@@ -84,7 +85,7 @@ async def test_the_overview_shows_a_new_failure_live_with_fresh_counts(
     world: dict[str, Any],
 ) -> None:
     # The counts are cached for the page (10 s); the live overview reads them again.
-    from sagaboard.selectors import overview
+    from sagaboard.health.reads import overview
 
     await database_sync_to_async(overview.status_counts)([world["shop"]])
     comm = await watching("overview=1", world["cookie"])

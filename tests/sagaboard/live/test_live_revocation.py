@@ -24,12 +24,12 @@ from django.contrib.sessions.models import Session
 from django.db import OperationalError
 from django.test import Client, override_settings
 
-from sagaboard.domain.django_store import DjangoStore
-from sagaboard.domain.roles import roles_sync
+from sagaboard.access.reads.visible import last_event_id
+from sagaboard.access.services.roles import roles_sync
+from sagaboard.engine.services.django_store import DjangoStore
 from sagaboard.live.access import access_for_sessions
 from sagaboard.live.relay import stop_all
 from sagaboard.models import Project, Saga
-from sagaboard.selectors.visible import last_event_id
 from tests.support.live_feed import TOOL, feed, received, run_saga
 from undo_core import Saga as EngineSaga
 

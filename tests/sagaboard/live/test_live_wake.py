@@ -23,10 +23,10 @@ import pytest
 from channels.db import database_sync_to_async
 from django.db import connection, transaction
 
+from sagaboard.access.reads.visible import last_event_id
 from sagaboard.infra.event_wake import events_committed
 from sagaboard.live import wake
 from sagaboard.live.relay import relay, stop_all
-from sagaboard.selectors.visible import last_event_id
 from tests.sagaboard.live.test_live_cluster import REDIS_SERVER, open_tab
 from tests.sagaboard.live.test_live_feed import setup_users
 from tests.support.live_feed import feed, received, run_saga

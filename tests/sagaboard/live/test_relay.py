@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from channels.db import database_sync_to_async
 
+from sagaboard.access.reads.visible import last_event_id
 from sagaboard.live.relay import Relay
-from sagaboard.selectors.visible import last_event_id
 
 
 class StaleLease:

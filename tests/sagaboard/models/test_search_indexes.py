@@ -17,9 +17,9 @@ from django.http import QueryDict
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from sagaboard.domain.retention import retention_run
+from sagaboard.health.services.retention import retention_run
 from sagaboard.models import Project, Saga, Step
-from sagaboard.selectors import saga_search
+from sagaboard.search.reads import saga_search
 from tests.support.search_world import build
 
 pytestmark = pytest.mark.django_db

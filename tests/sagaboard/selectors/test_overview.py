@@ -13,9 +13,9 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from sagaboard.domain.django_store import DjangoStore
+from sagaboard.engine.services.django_store import DjangoStore
+from sagaboard.health.reads import overview
 from sagaboard.models import Project, Saga, Step
-from sagaboard.selectors import overview
 from undo_core import Saga as EngineSaga
 from undo_core import SagaRollbackError, define_tool
 

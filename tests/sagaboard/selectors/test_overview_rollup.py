@@ -18,12 +18,12 @@ from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 from django.test import Client
 
-from sagaboard.domain import overview_rollup
-from sagaboard.domain.retention import retention_run
-from sagaboard.domain.tokens import token_create
+from sagaboard.access.services.tokens import token_create
+from sagaboard.health.reads import overview
+from sagaboard.health.services import overview_rollup
+from sagaboard.health.services.retention import retention_run
 from sagaboard.models import Project, Saga, SagaCount, Step
 from sagaboard.models.overview import EPOCH, TOTALS, fold_changes
-from sagaboard.selectors import overview
 from tests.support import racing
 from tests.support.agent_runs import post_events, storebot_events
 from undo_core import Saga as EngineSaga
@@ -87,7 +87,7 @@ def running(project: Project, saga_id: str) -> EngineSaga:
 
 
 def _store(project: Project) -> Any:
-    from sagaboard.domain.django_store import DjangoStore
+    from sagaboard.engine.services.django_store import DjangoStore
 
     return DjangoStore(project)
 

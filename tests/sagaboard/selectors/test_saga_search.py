@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from django.http import QueryDict
 
+from sagaboard.access.reads import visible
 from sagaboard.models import Project, Saga
-from sagaboard.selectors import saga_search, visible
+from sagaboard.search.reads import saga_search
 from tests.support.search_world import T0, build
 
 pytestmark = pytest.mark.django_db

@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from sagaboard.domain import tool_rollup
+from sagaboard.health.reads import tool_health
+from sagaboard.health.services import tool_rollup
 from sagaboard.models import Project
 from sagaboard.models.tool_health import BINS, bin_bounds, bin_value, duration_bin
-from sagaboard.selectors import tool_health
 from tests.support.saga_rows import StepSpec, make_saga
 
 

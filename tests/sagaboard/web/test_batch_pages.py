@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from sagaboard.domain import batches, jobs
+from sagaboard.batches.services import batches
+from sagaboard.infra import jobs
 from sagaboard.models import BatchJob, Project
 from tests.support.batch_world import failed_undos
 from tests.support.hitl import person

@@ -11,7 +11,8 @@ from django.core import mail
 from django.test import Client
 from django.utils import timezone
 
-from sagaboard.domain import approvals, link_tokens, notifications, runner
+from sagaboard.actions.services import runner
+from sagaboard.approvals.services import approvals
 from sagaboard.models import (
     ApiToken,
     Approval,
@@ -21,6 +22,7 @@ from sagaboard.models import (
     Notification,
     Project,
 )
+from sagaboard.notify.services import link_tokens, notifications
 from tests.support.hitl import person, storebot_server_saga, waiting
 
 pytestmark = pytest.mark.django_db

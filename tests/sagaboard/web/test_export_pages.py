@@ -15,8 +15,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from sagaboard.models import AuditEntry, Project
-from sagaboard.selectors import export
-from sagaboard.web.export_pages import csv_cell
+from sagaboard.sagas.pages.export_pages import csv_cell
+from sagaboard.search.reads import export
 from tests.support.saga_rows import StepSpec, make_saga
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client
 
-from sagaboard.domain import tool_rollup
+from sagaboard.health.services import tool_rollup
 from sagaboard.models import Project
 from tests.support.saga_rows import StepSpec, make_saga
 

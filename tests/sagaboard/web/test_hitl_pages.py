@@ -11,7 +11,7 @@ from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from sagaboard.domain import runner
+from sagaboard.actions.services import runner
 from sagaboard.models import Approval, ApprovalPolicy, AuditEntry, Project, Saga, Step
 from tests.support.hitl import login, storebot_server_saga, waiting
 

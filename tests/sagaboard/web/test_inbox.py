@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from sagaboard.domain import approvals, ownership, runner
+from sagaboard.actions.services import runner
+from sagaboard.approvals.services import approvals
+from sagaboard.collab.pages.inbox_pages import badges_of
+from sagaboard.collab.reads import inbox
+from sagaboard.collab.services import ownership
 from sagaboard.models import ApiToken, Approval, Project, Saga, Step
-from sagaboard.selectors import inbox
-from sagaboard.web.inbox_pages import badges_of
 from tests.support.hitl import person, storebot_server_saga, waiting
 
 pytestmark = pytest.mark.django_db

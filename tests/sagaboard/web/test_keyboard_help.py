@@ -10,7 +10,7 @@ import re
 import pytest
 from django.test import Client
 
-from sagaboard.domain import runner
+from sagaboard.actions.services import runner
 from sagaboard.models import Project, Saga, Step
 from tests.support.hitl import login, storebot_server_saga, waiting
 

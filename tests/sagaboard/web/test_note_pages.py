@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from sagaboard.domain import notes, runner
+from sagaboard.actions.services import runner
+from sagaboard.collab.services import notes
 from sagaboard.models import AuditEntry, Note, Project, Saga, Step
 from tests.support.hitl import person, storebot_server_saga
 
@@ -122,8 +123,8 @@ def test_the_live_body_says_when_notes_or_the_owner_changed_and_each_person_read
 ) -> None:
     """The saga page's notes are per person, so the live body carries only the version of
     its newest note or owner change; a page reads its notes section again when it moves."""
+    from sagaboard.access.reads import visible
     from sagaboard.live import fragments
-    from sagaboard.selectors import visible
 
     ann, bob = person("ann", "operator", shop), person("bob", "operator", shop)
     page = browser(bob).get("/sagas/shop/storebot-1/").content.decode()

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
 
-from sagaboard.domain.django_store import DjangoStore
+from sagaboard.engine.services.django_store import DjangoStore
 from sagaboard.models import CompensationAttempt, Project, Step
 from tests.support.hitl import login
 from undo_core import Saga as EngineSaga

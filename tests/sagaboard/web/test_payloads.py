@@ -1,4 +1,4 @@
-"""The JSON tree, its budget and the structural diff (sagaboard.web.payloads): no database."""
+"""The JSON tree, its budget and the structural diff (sagaboard.ui.payloads): no database."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from sagaboard.web import payloads
-from sagaboard.web.payloads import ADDED, CHANGED, REMOVED, Change, Limits
+from sagaboard.ui import payloads
+from sagaboard.ui.payloads import ADDED, CHANGED, REMOVED, Change, Limits
 
 SMALL = Limits(nodes=500, string=2000, depth=32)
 

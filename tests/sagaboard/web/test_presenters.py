@@ -1,4 +1,4 @@
-"""What the pages decide in Python (sagaboard.web.presenters, the model properties the templates
+"""What the pages decide in Python (sagaboard.sagas.pages.presenters, the model properties the templates
 read) and the shape of the live fragments (sagaboard.live.fragments): which step shows an
 operator's controls, which badge a status gets, which fragment a queue change sends."""
 
@@ -8,12 +8,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sagaboard.domain import runner
-from sagaboard.domain.work_queues import FailureGroup
+from sagaboard.actions.pages import presenters as queue_presenters
+from sagaboard.actions.services import runner
+from sagaboard.actions.services.work_queues import FailureGroup
+from sagaboard.engine.reads import rollback_outcomes
 from sagaboard.live import fragments
 from sagaboard.models import OPERATOR_STATES, Approval, Project, Saga, Step
-from sagaboard.selectors import rollback_outcomes
-from sagaboard.web import presenters
+from sagaboard.sagas.pages import presenters
 from tests.support.hitl import login, storebot_server_saga, waiting
 from undo_core import STEP_TRANSITIONS, RollbackOutcome, SagaStatus, StepState
 
@@ -133,20 +134,30 @@ def test_an_approval_is_pending_and_four_eyes_by_its_own_fields() -> None:
 
 
 def test_the_queue_hides_only_the_plan_of_an_agent_run_undo_that_cannot_run() -> None:
-    assert presenters.approval_shows_plan({"kind": "handler"}, "")
-    assert presenters.approval_shows_plan({"kind": "command"}, "commands are off")
-    assert presenters.approval_shows_plan({"kind": "client"}, "")
-    assert not presenters.approval_shows_plan({"kind": "client"}, "the agent is gone")
+    assert queue_presenters.approval_shows_plan({"kind": "handler"}, "")
+    assert queue_presenters.approval_shows_plan({"kind": "command"}, "commands are off")
+    assert queue_presenters.approval_shows_plan({"kind": "client"}, "")
+    assert not queue_presenters.approval_shows_plan({"kind": "client"}, "the agent is gone")
 
 
 def test_a_queue_event_appends_a_new_approval_replaces_a_changed_one_removes_a_decided_one() -> (
     None
 ):
     pending, decided = Approval(status="PENDING"), Approval(status="APPROVED")
-    assert presenters.queue_fragment(pending, "approval.requested") == presenters.QUEUE_ADDED
-    assert presenters.queue_fragment(pending, "approval.voted") == presenters.QUEUE_CHANGED
-    assert presenters.queue_fragment(decided, "approval.decided") == presenters.QUEUE_GONE
-    assert presenters.queue_fragment(decided, "approval.requested") == presenters.QUEUE_GONE
+    assert (
+        queue_presenters.queue_fragment(pending, "approval.requested")
+        == queue_presenters.QUEUE_ADDED
+    )
+    assert (
+        queue_presenters.queue_fragment(pending, "approval.voted") == queue_presenters.QUEUE_CHANGED
+    )
+    assert (
+        queue_presenters.queue_fragment(decided, "approval.decided") == queue_presenters.QUEUE_GONE
+    )
+    assert (
+        queue_presenters.queue_fragment(decided, "approval.requested")
+        == queue_presenters.QUEUE_GONE
+    )
 
 
 def test_a_failure_group_offers_bulk_actions_from_two_failures() -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from sagaboard.domain import runner, saga_stop
-from sagaboard.domain.django_store import DjangoStore
-from sagaboard.domain.work_queues import FailureGroup
+from sagaboard.actions.services import runner, saga_stop
+from sagaboard.actions.services.work_queues import FailureGroup
+from sagaboard.engine.services.django_store import DjangoStore
 from sagaboard.live import fragments
 from sagaboard.models import Project, Saga, Step
 from tests.support.hitl import login, person, storebot_server_saga

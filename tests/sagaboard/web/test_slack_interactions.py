@@ -11,7 +11,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from sagaboard.domain import notifications, runner
+from sagaboard.actions.services import runner
 from sagaboard.models import (
     ApiToken,
     Approval,
@@ -21,6 +21,7 @@ from sagaboard.models import (
     Project,
     SlackIdentity,
 )
+from sagaboard.notify.services import notifications
 from tests.support.fake_slack import FakeSlack
 from tests.support.hitl import person, storebot_server_saga, waiting
 from tests.support.webhook_receiver import Receiver

@@ -26,8 +26,8 @@ from django.test import Client
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from sagaboard.domain import notifications
 from sagaboard.models import Approval, AuditEntry, Notification, Project
+from sagaboard.notify.services import notifications
 from tests.support.fake_slack import FakeSlack
 from tests.support.hitl import person, waiting
 

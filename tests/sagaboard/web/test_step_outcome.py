@@ -14,9 +14,10 @@ import re
 import pytest
 from django.test import Client
 
+from sagaboard.actions.services import operator_actions, runner
 from sagaboard.demo.flows import storebot_server_saga
-from sagaboard.domain import manual_flow, operator_actions, runner
 from sagaboard.models import Project, Saga, Step
+from sagaboard.record.services import manual_flow
 from tests.support.hitl import login
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from sagaboard.domain import saga_stop
+from sagaboard.actions.services import saga_stop
 from sagaboard.models import AuditEntry, Project, Saga
 from tests.support.hitl import person
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from sagaboard.infra import permalinks
-from sagaboard.web import timeline as tl
-from sagaboard.web.timeline import AttemptTimes, Span, StepTimes, Wait
+from sagaboard.sagas.pages import timeline as tl
+from sagaboard.sagas.pages.timeline import AttemptTimes, Span, StepTimes, Wait
 
 T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
 

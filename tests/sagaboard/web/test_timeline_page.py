@@ -12,7 +12,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from sagaboard.domain import approvals, runner
+from sagaboard.actions.services import runner
+from sagaboard.approvals.services import approvals
 from sagaboard.live import fragments
 from sagaboard.models import Approval, AuditEntry, CompensationAttempt, Project, Saga, Step
 from tests.support.hitl import login, person, storebot_server_saga, waiting

@@ -11,7 +11,7 @@ import pytest
 from django.template import Context, Template, TemplateSyntaxError
 from django.test import RequestFactory
 
-from sagaboard.web import times
+from sagaboard.ui import times
 
 AT = datetime(2026, 1, 31, 12, 0, 5, 123456, tzinfo=UTC)
 TEMPLATES = Path(__file__).resolve().parents[3] / "templates"

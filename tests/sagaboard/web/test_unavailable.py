@@ -9,7 +9,7 @@ import pytest
 from django.db import OperationalError, ProgrammingError
 from django.test import RequestFactory
 
-from sagaboard.web.unavailable import server_error
+from sagaboard.ui.unavailable import server_error
 
 
 def answer_while_handling(err: Exception) -> object:

@@ -273,8 +273,9 @@ def test_a_worker_killed_mid_undo_is_finished_by_the_next_worker_with_the_same_k
 def test_a_dead_workers_lease_is_taken_over_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from django.contrib.auth.models import Group, Permission
 
-    from sagaboard.domain import jobs, runner
-    from sagaboard.domain.roles import roles_sync
+    from sagaboard.access.services.roles import roles_sync
+    from sagaboard.actions.services import runner
+    from sagaboard.infra import jobs
     from sagaboard.models import Project, Saga
     from tests.support.hitl import storebot_server_saga
 

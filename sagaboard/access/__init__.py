@@ -1,0 +1,1 @@
+"""Who may see and do what: API tokens, roles, the login guard, every read's scope."""

@@ -1,0 +1,1 @@
+"""Who may see and do what: thin views."""

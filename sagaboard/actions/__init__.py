@@ -1,0 +1,1 @@
+"""What people do to sagas and steps: stop, retry, force-resolve, leave; the work queues; the runner."""

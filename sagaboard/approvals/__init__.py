@@ -1,0 +1,1 @@
+"""Approvals: policies and their conditions, votes, decisions by page, link or Slack."""

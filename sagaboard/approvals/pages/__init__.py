@@ -1,0 +1,1 @@
+"""Approvals: thin views."""

@@ -1,0 +1,1 @@
+"""Approvals: business rules."""

@@ -1,0 +1,1 @@
+"""The audit log and its hash chain: who did what, when and why, tamper-evident."""

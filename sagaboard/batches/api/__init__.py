@@ -1,0 +1,1 @@
+"""Batch jobs: thin API handlers (django-ninja)."""

@@ -1,0 +1,1 @@
+"""Working together: notes, owners, saved views, the inbox."""

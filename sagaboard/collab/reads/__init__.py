@@ -1,0 +1,1 @@
+"""Working together: scoped reads (no writes)."""

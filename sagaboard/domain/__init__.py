@@ -1,1 +1,0 @@
-"""Services: every rule about sagas, approvals, decisions, undos and tokens, and every write."""

@@ -1,0 +1,1 @@
+"""sagaboard's side of undo_core's engine: business rules."""

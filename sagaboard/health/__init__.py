@@ -1,0 +1,1 @@
+"""Health and numbers: probes, the overview's rollup, tool health, charts, retention."""

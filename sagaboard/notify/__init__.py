@@ -1,0 +1,1 @@
+"""Telling people: the notification outbox (e-mail, Slack, webhooks) and decision-link tokens."""

@@ -1,0 +1,1 @@
+"""Recording what agents report: ingestion, the manual flow, the API agents post to, verification."""

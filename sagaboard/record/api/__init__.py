@@ -1,0 +1,1 @@
+"""Recording what agents report: thin API handlers (django-ninja)."""

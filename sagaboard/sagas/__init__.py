@@ -1,0 +1,1 @@
+"""What operators read: the overview, the saga list, the saga page, exports and permalinks."""

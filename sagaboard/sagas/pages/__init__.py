@@ -1,0 +1,1 @@
+"""What operators read: thin views."""

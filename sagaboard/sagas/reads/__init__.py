@@ -1,0 +1,1 @@
+"""What operators read: scoped reads (no writes)."""

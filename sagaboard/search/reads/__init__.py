@@ -1,0 +1,1 @@
+"""The saga list's search language: scoped reads (no writes)."""

@@ -1,0 +1,1 @@
+"""The pages' shared parts: template tags, times, payload rendering, error pages, the admin."""

@@ -1,1 +1,0 @@
-"""The dashboard's HTML pages (htmx): thin views over selectors and domain services."""
