@@ -10,7 +10,8 @@ steps. Each figure is measured ``--runs`` times, each run beside its floor:
   commits with the same pragmas (WAL, synchronous=NORMAL, BEGIN IMMEDIATE). A
   transition cannot be cheaper than one such commit, so "per transition" over it
   is what the store adds.
-* DjangoStore (``sagaboard.engine.services.django_store``, what the server and its workers use), on a
+* DjangoStore (``sagaboard.engine.services.django_store``, what the server and its workers
+  use), on a
   migrated throw-away SQLite file and PostgreSQL database: floor, raw single-row
   commits on that database (``sqlite3`` with Django's pragmas, or ``psycopg``
   with its default server-side binding, as sagaboard's settings use). Each

@@ -4,7 +4,8 @@ much of that is the timeline. ``python -m benchmarks.timeline_page [--steps N] [
 Runs against a throw-away SQLite database (or ``DATABASE_URL``) with a saga written straight
 into the tables (``tests.support.timeline_sagas.big_saga``), in this process: it prints the
 median of ``--runs`` renders of the whole page, of the timeline's geometry
-(``sagaboard.sagas.pages.timeline.for_saga``) and of the timeline partial alone, and the page's size.
+(``sagaboard.sagas.pages.timeline.for_saga``) and of the timeline partial alone, and the
+page's size.
 """
 
 from __future__ import annotations

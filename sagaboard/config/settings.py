@@ -135,7 +135,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "sagaboard.ui.not_found.not_found_as_page",  # the product's 404 page with DEBUG on too
-    "sagaboard.access.services.login_guard.LoginRateLimitMiddleware",  # 429 before a password is checked
+    # 429 before a password is checked:
+    "sagaboard.access.services.login_guard.LoginRateLimitMiddleware",
 ]
 
 ROOT_URLCONF = "sagaboard.config.urls"
@@ -326,9 +327,9 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
-# Undos sagaboard runs itself (sagaboard/engine/services/undo_kinds.py) and the workers that run them.
-# None by default in production; with DEBUG on (`make run`: every process, the worker
-# included), the demo's StoreBot undos, so its server-run sagas undo as they should.
+# Undos sagaboard runs itself (sagaboard/engine/services/undo_kinds.py) and the workers
+# that run them. None by default in production; with DEBUG on (`make run`: every process,
+# the worker included), the demo's StoreBot undos, so its server-run sagas undo as they should.
 SAGABOARD_COMPENSATION_MODULES = env_list(
     "SAGABOARD_COMPENSATION_MODULES", "sagaboard.demo.compensations" if DEBUG else ""
 )
@@ -475,9 +476,9 @@ LOGGING = {
 # Error reports (the DEBUG page, error e-mails) hide secrets and connection passwords.
 DEFAULT_EXCEPTION_REPORTER_FILTER = "sagaboard.infra.logs.SecretsReporterFilter"
 
-# Data retention (sagaboard/health/services/retention.py): a daily task deletes finished sagas (COMPLETED,
-# ROLLED_BACK) last changed more than this many days ago; 0 turns it off. Unresolved sagas
-# are never deleted. `manage.py sagaboard_retention` runs it by hand (and can archive).
+# Data retention (sagaboard/health/services/retention.py): a daily task deletes finished
+# sagas (COMPLETED, ROLLED_BACK) last changed more than this many days ago; 0 turns it off.
+# Unresolved sagas are never deleted. `manage.py sagaboard_retention` runs it by hand (and can archive).
 SAGABOARD_RETENTION_DAYS = env_int("SAGABOARD_RETENTION_DAYS", 90, minimum=0)
 
 # Per-tool health (sagaboard/health/services/tool_rollup.py): the beat task folds the sagas changed

@@ -69,7 +69,8 @@ DEMO_PEOPLE = (
                "the same; the second approver demo-refund-two-approvers needs"),
     DemoPerson("vic", "vic-demo", "viewer", "sees everything, may change nothing"),
 )  # fmt: skip
-"""The demo's people, members of the demo project, one role each (``sagaboard.access.services.roles``).
+"""The demo's people, members of the demo project, one role each
+(``sagaboard.access.services.roles``).
 Their passwords pass the project's password validators (``demo``'s own does not)."""
 
 

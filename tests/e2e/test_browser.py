@@ -42,7 +42,8 @@ SCRIPT: str = _agent.SCRIPT
 IMG: str = _agent.IMG
 
 MAKE_SAGA = (
-    "from sagaboard.models import Project; from sagaboard.engine.services.django_store import DjangoStore; "
+    "from sagaboard.models import Project; "
+    "from sagaboard.engine.services.django_store import DjangoStore; "
     "from undo_core import Saga, define_tool; "
     "s = Saga('<script>alert(1)</script>', saga_id='from-elsewhere', "
     "store=DjangoStore(Project.objects.get(slug='demo'))); "
@@ -50,7 +51,8 @@ MAKE_SAGA = (
 )
 # Older sagas, so the filtered list is longer than the window and can be scrolled.
 MAKE_OLDER_SAGAS = (
-    "from sagaboard.models import Project; from sagaboard.engine.services.django_store import DjangoStore; "
+    "from sagaboard.models import Project; "
+    "from sagaboard.engine.services.django_store import DjangoStore; "
     "from undo_core import Saga, define_tool; "
     "store = DjangoStore(Project.objects.get(slug='demo')); "
     "tool = define_tool('return_item', lambda i: {'item': i['itemId']}, lambda o, i: None)\n"

@@ -1,4 +1,5 @@
-"""Who calls the API: the token that authenticated the request (``TokenAuth``, the API's bearer auth, sets it)."""
+"""Who calls the API: the token that authenticated the request (``TokenAuth``, the API's
+bearer auth, sets it)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Deciding from elsewhere: the page a mailed decision link opens, and Slack's buttons.
 
-Thin views. The rules are in ``sagaboard.approvals.services.decision_links`` and ``sagaboard.approvals.services.slack``,
+Thin views. The rules are in ``sagaboard.approvals.services.decision_links`` and
+``sagaboard.approvals.services.slack``,
 which decide through ``approvals.approval_decide`` as the queue page does. Opening a link
 (GET) only shows what would be decided; the decision is a CSRF-checked POST of the page's form.
 A link that cannot be used (forged, someone else's, used, expired) gets a page saying so, with

@@ -1,7 +1,8 @@
 """Pages where people decide: the approval queue and the failed undos (needs attention).
 
 Thin views: permissions and rules are checked in sagaboard.approvals.services.approvals and
-sagaboard.actions.services.operator_actions (server-side, whatever buttons a page shows). Actions are
+sagaboard.actions.services.operator_actions (server-side, whatever buttons a page shows).
+Actions are
 htmx posts that answer with the fragment to swap (and a status message);
 without htmx they redirect back with the same message.
 

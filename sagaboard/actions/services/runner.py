@@ -227,7 +227,8 @@ def attached(saga: Saga, *, lazy_lease: bool = False) -> Iterator[EngineSaga]:
     """The saga in the engine, held under this worker's lease until the block ends.
 
     ``lazy_lease``: take the lease with the engine's first write instead of at once
-    (one commit fewer before an approved undo starts; see ``sagaboard.engine.services.worker_store``).
+    (one commit fewer before an approved undo starts; see
+    ``sagaboard.engine.services.worker_store``).
     Nothing is held until then, and a worker that lost the saga to another one in
     between gets ``Busy`` from that write, having done nothing.
     """

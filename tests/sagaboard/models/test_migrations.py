@@ -60,8 +60,8 @@ def test_migrating_from_zero_gives_the_roles_that_roles_sync_gives(tmp_path: Pat
         synced = groups_after(
             url,
             "from django.contrib.auth.models import Group, Permission; "
-            "from sagaboard.access.services.roles import roles_sync; roles_sync(Group, Permission); "
-            + GROUPS,
+            "from sagaboard.access.services.roles import roles_sync; "
+            "roles_sync(Group, Permission); " + GROUPS,
         )
     assert sorted(migrated) == ["admin", "approver", "operator", "viewer"]
     assert "view_approval" in migrated["viewer"] and "decide_approval" in migrated["approver"]

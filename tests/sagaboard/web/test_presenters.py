@@ -1,4 +1,5 @@
-"""What the pages decide in Python (sagaboard.sagas.pages.presenters, the model properties the templates
+"""What the pages decide in Python (sagaboard.sagas.pages.presenters, the model properties the
+templates
 read) and the shape of the live fragments (sagaboard.live.fragments): which step shows an
 operator's controls, which badge a status gets, which fragment a queue change sends."""
 
