@@ -478,7 +478,8 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = "sagaboard.infra.logs.SecretsReporterFilter"
 
 # Data retention (sagaboard/health/services/retention.py): a daily task deletes finished
 # sagas (COMPLETED, ROLLED_BACK) last changed more than this many days ago; 0 turns it off.
-# Unresolved sagas are never deleted. `manage.py sagaboard_retention` runs it by hand (and can archive).
+# Unresolved sagas are never deleted. `manage.py sagaboard_retention` runs it by hand (and
+# can archive).
 SAGABOARD_RETENTION_DAYS = env_int("SAGABOARD_RETENTION_DAYS", 90, minimum=0)
 
 # Per-tool health (sagaboard/health/services/tool_rollup.py): the beat task folds the sagas changed
