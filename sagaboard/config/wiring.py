@@ -1,9 +1,12 @@
 """The composition root: the signals that carry news from a lower layer to a higher one.
 
-Connected once the app registry is ready (``SagaboardConfig.ready``): the store's "an undo
-failed" reaches the notifications' outbox, a logout or a changed permission reaches the
-open websockets, failed logins reach the guard, an event committed on SQLite wakes the
-live relay. Importing this module registers the
+Only where a direct call cannot work: Django's own signals (a login, a logout, a changed
+permission, a migration, a new connection) and infra's "an event was committed on
+SQLite", which must wake the live relay above it. Connected once the app registry is
+ready (``SagaboardConfig.ready``): a logout or a changed permission reaches the open
+websockets, failed logins reach the guard, an event committed on SQLite wakes the live
+relay. A lower feature telling a higher one is a direct call down the features' order
+instead (the store calls the notifications' outbox itself). Importing this module registers the
 admin site's models and the worker's tasks (``jobs`` finds them by name in every process).
 """
 
@@ -22,14 +25,12 @@ import sagaboard.ui.admin
 import sagaboard.worker.tasks  # noqa: F401
 from sagaboard.access.services.login_guard import login_failed, login_succeeded
 from sagaboard.config.local_files import prepare_folders
-from sagaboard.engine.services import django_store
 from sagaboard.health.services import overview_rollup
 from sagaboard.infra import event_wake
 from sagaboard.infra.rate_limits import parse_rate
 from sagaboard.infra.sqlite_wal import keep_wal_open
 from sagaboard.live import access, wake
 from sagaboard.models import Event, Project
-from sagaboard.notify.services import notifications
 
 RATE_SETTINGS = (
     "SAGABOARD_LOGIN_RATE",
@@ -60,13 +61,6 @@ def connect() -> None:
         event_wake.watcher(Event._meta.db_table), weak=False, dispatch_uid="sagaboard.event_wake"
     )
     event_wake.events_committed.connect(wake.on_events_committed, dispatch_uid="sagaboard.wake")
-    # The store announces; the outbox listens (an outbox row in the write's transaction).
-    django_store.undo_failed.connect(
-        notifications.notify_rollback_failed, dispatch_uid="sagaboard.notify_undo_failed"
-    )
-    django_store.rollback_ended.connect(
-        notifications.notify_rolled_back, dispatch_uid="sagaboard.notify_rolled_back"
-    )
     # Open websockets follow permissions as they change (live.access: pushed revocations).
     user = get_user_model()
     user_logged_out.connect(access.on_logged_out, dispatch_uid="sagaboard.live_logout")

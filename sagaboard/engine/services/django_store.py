@@ -5,9 +5,10 @@ store with undo_core's own state machine; the ingestion API writes mirrored
 transitions through the same ``apply_change``. Every change is one
 transaction: the saga row (locked), the step row, new attempts, one event.
 
-What others must hear of inside that transaction (an undo failed, a rollback ended
-with something left) goes out as a signal: the store knows no receivers
-(``sagaboard.apps`` connects the notifications' outbox to them).
+What people must hear of inside that transaction (an undo failed, a rollback ended with
+something left) goes to the notifications' outbox by a direct call, in the same
+transaction: notify sits below the engine, so no signal is needed (ingestion calls the
+same two functions for mirrored sagas).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 from django.db.models import Exists, OuterRef, Q
-from django.dispatch import Signal
 from django.utils import timezone
 
 from sagaboard.engine.reads import rollback_outcomes
@@ -34,6 +34,7 @@ from sagaboard.engine.services.record_columns import (
 )
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from sagaboard.models.sagas import elapsed_ms
+from sagaboard.notify.services import notifications
 from undo_core import CompensationAttempt as AttemptRecord
 from undo_core import (
     LeaseError,
@@ -51,11 +52,6 @@ from undo_core import (
     assess_rollback,
 )
 from undo_core.remote import change_to_event
-
-undo_failed = Signal()
-"""Sent (``saga=``, ``step=``: the rows) when a step's undo has just failed (ROLLBACK_FAILED)."""
-rollback_ended = Signal()
-"""Sent (``saga=``, ``found=``: the ``RollbackAssessment``) when a rollback has just ended."""
 
 UNFINISHED = [SagaStatus.IN_PROGRESS.value, SagaStatus.COMPENSATING.value]
 
@@ -162,9 +158,9 @@ class DjangoStore:
             if step is not None:
                 row, created = _step_write(known, step, now, undo=self.new_step_undo)
                 if event.to_state == StepState.ROLLBACK_FAILED and event.step_id == step.id:
-                    undo_failed.send(DjangoStore, saga=saga, step=row)
+                    notifications.notify_rollback_failed(saga, row)
             if event.step_id is None and event.to_state == SagaStatus.ROLLED_BACK:
-                rollback_ended.send(DjangoStore, saga=saga, found=found)
+                notifications.notify_rolled_back(saga, found)
             fields = event_fields(saga, event, client_event_id, digest)
             logged = Event.objects.create(
                 **fields, recorded_at=now, change=change_json(change, created)

@@ -226,7 +226,7 @@ def _deliver(note: Notification) -> tuple[bool, str]:
     )
 
 
-def notify_rollback_failed(saga: Saga, step: Step, **_signal: object) -> None:
+def notify_rollback_failed(saga: Saga, step: Step) -> None:
     if not settings.SAGABOARD_NOTIFY_URL:
         return
     link = _link(saga, step)
@@ -258,7 +258,7 @@ def notify_rollback_overdue(saga: Saga, why: str) -> None:
     )
 
 
-def notify_rolled_back(saga: Saga, found: RollbackAssessment, **_signal: object) -> None:
+def notify_rolled_back(saga: Saga, found: RollbackAssessment) -> None:
     """A rollback that ended ROLLED_BACK with exceptions: say which side effects remain.
 
     A clean rollback is not announced (nothing is left for anyone); one with an undo
