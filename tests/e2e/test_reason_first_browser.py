@@ -4,7 +4,7 @@ uvicorn server: force-resolve and leave-failed with no reason are refused by the
 the dialog asks, and only then is anything sent. A retry needs no reason (its button is
 ``formnovalidate``). The same on the saga page, and on the needs-attention page for one
 failure, an error group and a selection. (The server still refuses a missing reason with a
-400: tests/sagaboard/web/test_hitl_pages.py.)
+400: tests/sagaboard/actions/test_hitl_pages.py.)
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``python -m tests.support.contrast`` prints every pair the design promises (text on its
 backgrounds, state colours on theirs, the focus ring and input borders on both surfaces) in
-both themes, with its ratio and the WCAG AA minimum; tests/sagaboard/web/test_design_tokens.py
+both themes, with its ratio and the WCAG AA minimum; tests/sagaboard/ui/test_design_tokens.py
 asserts the same pairs, so a colour that drops below AA fails the build.
 
 The themes live in three blocks of the stylesheet: ``:root`` (light, the default),

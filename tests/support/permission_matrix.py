@@ -426,7 +426,7 @@ SLACK: list[Row] = [
         action="no SAGABOARD_SLACK_SIGNING_SECRET", data={"payload": "unsigned"}),
 ]  # fmt: skip
 """Slack's interactivity endpoint: Slack's signature is its authentication (its own tests
-sign requests as Slack does: tests/sagaboard/web/test_slack_interactions.py)."""
+sign requests as Slack does: tests/sagaboard/approvals/test_slack_interactions.py)."""
 
 WEBSOCKETS: list[Row] = [
     Row("Websocket", "ws /ws/sagas/", "WS", "/ws/sagas/?list=1&after=0",

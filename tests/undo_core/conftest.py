@@ -79,7 +79,7 @@ def kit(request: pytest.FixtureRequest) -> Kit:
 @pytest.fixture(params=["memory", "sqlite"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SagaStore]:
     """Each store-generic test runs on MemoryStore and SQLiteStore (and, from
-    tests/sagaboard/domain/test_django_store.py, on DjangoStore)."""
+    tests/sagaboard/engine/test_django_store.py, on DjangoStore)."""
     if request.param == "memory":
         yield MemoryStore()
         return

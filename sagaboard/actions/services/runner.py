@@ -12,7 +12,7 @@ A task reads the saga, its steps and the policies once (``TaskRows``), and its s
 knows the saga from those rows (its transitions read nothing again). What guards an
 undo is read right before it runs: the step at the gate and the approval that stands
 (by the gate, which the undo then goes by; on any other way there, by the undo).
-``tests/sagaboard/domain/test_approval_queries.py`` pins the count.
+``tests/sagaboard/approvals/test_approval_queries.py`` pins the count.
 """
 
 from __future__ import annotations
