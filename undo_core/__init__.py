@@ -14,11 +14,19 @@ retry/resolve of failed undos, pluggable stores and crash recovery.
     <SagaStatus.COMPLETED: 'COMPLETED'>
 """
 
-from .audit import AuditRecord, AuditSink, Severity, audit_listener
-from .clock import Clock, SystemClock
-from .declarative import RunResult, SagaDefinition, SagaStep, define_saga
-from .engine import CompensationFailureMode, Listener
-from .errors import (
+from .engine.audit import AuditRecord, AuditSink, Severity, audit_listener
+from .engine.core import CompensationFailureMode, Listener
+from .engine.declarative import RunResult, SagaDefinition, SagaStep, define_saga
+from .engine.ledger import default_owner, local_owner_dead, owner_is_gone
+from .engine.recovery import RecoveryResult, arecover, attach, recover
+from .engine.reports import RollbackReport
+from .engine.saga import AsyncSaga, Saga
+from .engine.wrap import WrappedTools, wrap_tools
+from .stores.rules import StepView, check_change, is_unsettled, replay
+from .stores.sqlite_store import SQLiteStore
+from .stores.storage import MemoryStore, RollbackRequest, RollbackRequests, SagaChange, SagaStore
+from .vocabulary.clock import Clock, SystemClock
+from .vocabulary.errors import (
     ChangeRefused,
     GateError,
     LeaseError,
@@ -35,7 +43,10 @@ from .errors import (
     TransitionError,
     UndoCoreError,
 )
-from .gates import (
+from .vocabulary.gates import (
+    APPROVAL_DECISIONS,
+    CARRIED_OUT,
+    STEP_ACTIONS,
     ApprovalGate,
     ApprovalPolicy,
     ApprovalRequest,
@@ -46,8 +57,7 @@ from .gates import (
     DecisionAction,
     FailedCompensation,
 )
-from .ledger import default_owner, local_owner_dead, owner_is_gone
-from .outcome import (
+from .vocabulary.outcome import (
     ExceptionKind,
     RollbackAssessment,
     RollbackException,
@@ -58,8 +68,8 @@ from .outcome import (
     status_text,
     waiting_text,
 )
-from .policies import RetryPolicy
-from .records import (
+from .vocabulary.policies import RetryPolicy
+from .vocabulary.records import (
     AttemptOutcome,
     CompensationAttempt,
     EventKind,
@@ -67,21 +77,18 @@ from .records import (
     SagaRecord,
     SagaSnapshot,
     StepSnapshot,
+    UndoKind,
 )
-from .recovery import RecoveryResult, arecover, attach, recover
-from .reports import RollbackReport
-from .rules import StepView, check_change, is_unsettled, replay
-from .saga import AsyncSaga, Saga
-from .sqlite_store import SQLiteStore
-from .states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepState
-from .storage import MemoryStore, RollbackRequest, RollbackRequests, SagaChange, SagaStore
-from .tools import ExecuteContext, Reversibility, Tool, UndoContext, define_tool
-from .wrap import WrappedTools, wrap_tools
+from .vocabulary.states import SAGA_TRANSITIONS, STEP_TRANSITIONS, SagaStatus, StepState
+from .vocabulary.tools import ExecuteContext, Reversibility, Tool, UndoContext, define_tool
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "APPROVAL_DECISIONS",
+    "CARRIED_OUT",
     "SAGA_TRANSITIONS",
+    "STEP_ACTIONS",
     "STEP_TRANSITIONS",
     "ApprovalGate",
     "ApprovalPolicy",
@@ -147,6 +154,7 @@ __all__ = [
     "TransitionError",
     "UndoContext",
     "UndoCoreError",
+    "UndoKind",
     "WaitingFor",
     "WrappedTools",
     "__version__",
