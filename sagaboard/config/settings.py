@@ -158,7 +158,8 @@ TEMPLATES = [
                 "sagaboard.ui.templatetags.sagaboard_text",
                 "sagaboard.ui.templatetags.sagaboard_time",
             ],
-            # The pages' own tags live with the pages (sagaboard/web/), not at the app's root.
+            # The pages' own tags live in the ui kit (sagaboard/ui/templatetags/), not at the
+            # app's root.
             "libraries": {
                 "sagaboard_json": "sagaboard.ui.templatetags.sagaboard_json",
                 "sagaboard_links": "sagaboard.ui.templatetags.sagaboard_links",

@@ -2,7 +2,7 @@
 
 Services say *what* should run later (``rollback_continue(saga_pk)``); a worker's
 task of that name (``sagaboard.worker.tasks``) carries it out. Naming the task here
-instead of importing it keeps the worker above the domain: tasks call services, and
+instead of importing it keeps the worker above the services: tasks call services, and
 services never import tasks.
 
 Everything is enqueued when the current transaction commits, so a change that is

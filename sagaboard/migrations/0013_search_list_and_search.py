@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import migrations, models
 
 # Search (saga_search): each database's own tools, in SQL of their own (no live code here).
-# Both sides of every index below are also what sagaboard.selectors.saga_search queries.
+# Both sides of every index below are also what sagaboard.search.reads.saga_search queries.
 
 BACKFILL = {
     "postgresql": (

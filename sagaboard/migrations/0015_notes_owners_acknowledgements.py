@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import migrations, models
 
 # The roles again, with "collaborate" (notes, owners, acknowledgements) for operators and
-# approvers: a frozen copy of sagaboard/domain/roles.py as it was then (as 0006).
+# approvers: a frozen copy of sagaboard/access/services/roles.py as it was then (as 0006).
 ROLES = {
     "viewer": [
         "view_saga", "view_step", "view_event", "view_compensationattempt",

@@ -3,7 +3,7 @@
 from django.db import migrations
 
 # The roles again, with "request_rollback" (of a running saga) for operators: a frozen copy
-# of sagaboard/domain/roles.py as it was then (as 0006 and 0015).
+# of sagaboard/access/services/roles.py as it was then (as 0006 and 0015).
 ROLES = {
     "viewer": [
         "view_saga", "view_step", "view_event", "view_compensationattempt",

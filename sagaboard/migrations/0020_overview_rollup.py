@@ -8,7 +8,7 @@ from django.db import migrations, models
 # by triggers on sagaboard_saga, in SQL of their own (no live code here). A saga's rows: its
 # status, CLEAN / ROLLED_BACK_WITH_EXCEPTIONS / WAITING when they apply (span 0, the totals),
 # and, at rest, its chart series in the 5-minute bucket of its changed_at (span 300).
-# sagaboard.domain.overview_rollup re-runs INSTALL if a later SQLite migration rebuilds
+# sagaboard.health.services.overview_rollup re-runs INSTALL if a later SQLite migration rebuilds
 # sagaboard_saga (a table rebuild drops its triggers) and names the triggers it expects.
 
 RESTING = "('COMPLETED', 'ROLLED_BACK', 'FAILED', 'ROLLBACK_FAILED')"

@@ -1,6 +1,6 @@
 """Operators' notes on a saga or one of its steps, and each note's earlier texts.
 
-A note is Markdown as its author wrote it (rendered escaped: ``web.markdown_text``). An edit
+A note is Markdown as its author wrote it (rendered escaped: ``ui.markdown_text``). An edit
 keeps the text it replaces as a ``NoteRevision``; a deleted note keeps its row (and its
 history) with ``deleted_at`` set, so the audit trail can always show what was said.
 """

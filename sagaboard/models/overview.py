@@ -6,7 +6,7 @@
 outcome is clean, ``ROLLED_BACK_WITH_EXCEPTIONS`` when it rolled back with exceptions and
 ``WAITING`` while its rollback waits for a person: the overview's chips, each exactly what a
 count of the sagas would give. A saga at rest (completed, rolled back, failed, rollback
-failed) also counts under its chart series (``selectors.overview.series``) in the 5-minute
+failed) also counts under its chart series (``health.reads.overview.series``) in the 5-minute
 bucket of its ``changed_at`` (``span`` 300): the throughput charts sum those buckets (12 for
 the last hour, 288 for the day).
 
@@ -28,7 +28,7 @@ opposite orders (one saga going ROLLBACK_FAILED -> COMPENSATING, another the oth
 would deadlock. So its triggers only append :class:`SagaCountChange` rows, which no two
 writers share; the overview adds the pending changes to the counts in the same statement
 (exact), and folds them into :class:`SagaCount` now and then, one folder at a time
-(``domain.overview_rollup.fold_changes``). Bulk inserts and deletes are counted once per
+(``fold_changes`` below). Bulk inserts and deletes are counted once per
 statement there (statement-level triggers with transition tables).
 
 ``manage.py sagaboard_overview_rollup --rebuild`` recounts every row from the sagas;

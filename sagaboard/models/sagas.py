@@ -1,8 +1,9 @@
 """Sagas, their steps, each undo attempt, and the event log every change is written to.
 
 Sagas, steps and attempts mirror undo_core's records field for field; the transition
-rules are undo_core's own (``domain.django_store`` and ``domain.ingest`` call them),
-never a second copy here. Agent-supplied values are JSON *text* (``fields.JSONTextField``).
+rules are undo_core's own (``engine.services.django_store`` and ``record.services.ingest``
+call them), never a second copy here. Agent-supplied values are JSON *text*
+(``fields.JSONTextField``).
 """
 
 from __future__ import annotations
@@ -91,10 +92,11 @@ class Saga(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    """The person who took the saga on ("assigned to"), or NULL (``domain.ownership``)."""
+    """The person who took the saga on ("assigned to"), or NULL (``collab.services.ownership``)."""
     owner_since = models.DateTimeField(null=True, blank=True)
     rollback_requested_at = models.DateTimeField(null=True, blank=True)
-    """When an operator asked for the rollback of this running saga (``domain.saga_stop``)."""
+    """When an operator asked for the rollback of this running saga
+    (``actions.services.saga_stop``)."""
     rollback_requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

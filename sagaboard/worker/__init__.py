@@ -1,1 +1,1 @@
-"""Celery tasks: thin adapters that call domain services; nothing else lives here."""
+"""Celery tasks: thin adapters that call the features' services; nothing else lives here."""

@@ -1,4 +1,4 @@
-"""Celery tasks: thin adapters that call domain services (runner, approvals, notifications).
+"""Celery tasks: thin adapters that call the features' services (runner, approvals, notifications).
 
 Services ask for these by name (``sagaboard.infra.jobs``); the names are fixed there.
 Every task is acknowledged late. A worker killed mid-undo leaves its saga's lease

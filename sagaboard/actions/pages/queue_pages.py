@@ -282,7 +282,8 @@ def step_outcome(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def step_acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
-    """Say "I am on it" about one failed undo (``domain.ownership``): marked for everyone."""
+    """Say "I am on it" about one failed undo (``collab.services.ownership``): marked for
+    everyone."""
     try:
         step = ownership.step_acknowledge(user=request.user, step_pk=pk)
     except ServiceError as refused:

@@ -1,4 +1,4 @@
-"""Stop a running saga from its page: an operator asks for its rollback (``domain.saga_stop``).
+"""Stop a running saga from its page: an operator asks for its rollback (``saga_stop``).
 
 Thin: posts to the service and goes back to the saga page, whose stop state says what
 happens next, read from the record and kept up to date live (``saga_detail.html#stop-state``):

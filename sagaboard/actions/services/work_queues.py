@@ -3,7 +3,7 @@
 Reads, scoped like every read (only the caller's projects), that also say what each
 item would do: whether its undo can run here and what a rollback's plan holds. Those
 answers are rules (``undo_kinds.undo_route``, the approval policies), so the queues
-live with the rules rather than among the plain selectors.
+live with the rules rather than among the plain reads.
 """
 
 from __future__ import annotations

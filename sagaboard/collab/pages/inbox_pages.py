@@ -1,4 +1,4 @@
-"""The inbox (what needs me) and the navigation's badges (``selectors.inbox``)."""
+"""The inbox (what needs me) and the navigation's badges (``collab.reads.inbox``)."""
 
 from __future__ import annotations
 

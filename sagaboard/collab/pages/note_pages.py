@@ -1,4 +1,4 @@
-"""Notes and owners from the saga page (``domain.notes``, ``domain.ownership``).
+"""Notes and owners from the saga page (``collab.services.notes``, ``.ownership``).
 
 Thin views: each posts to its service and goes back to where the form was (the saga's
 notes, or the page named by ``next``) with what happened as a message; a refusal is a

@@ -78,7 +78,7 @@ def counts(user: Any) -> Counts:
 
 def _stops_overdue(user: Any) -> QuerySet[Saga]:
     """Rollback requests of running sagas that their agents have not carried out in time
-    (``domain.saga_stop.requests_overdue``): an operator must find out why."""
+    (``actions.services.saga_stop.requests_overdue``): an operator must find out why."""
     if not user.has_perm("sagaboard.request_rollback"):
         return Saga.objects.none()
     return Saga.objects.filter(

@@ -1,4 +1,4 @@
-"""Notes as the saga page shows them (``domain.notes`` writes them)."""
+"""Notes as the saga page shows them (``collab.services.notes`` writes them)."""
 
 from __future__ import annotations
 

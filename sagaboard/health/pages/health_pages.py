@@ -1,6 +1,6 @@
 """Per-tool health pages: a table of every tool, and a page per tool with its charts.
 
-Thin: parse the query (window, project, tool), read ``selectors.tool_health`` (the
+Thin: parse the query (window, project, tool), read ``health.reads.tool_health`` (the
 rollups, scoped to the user's projects), lay it out. A bad value is a 400 naming it.
 """
 

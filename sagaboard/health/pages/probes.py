@@ -1,4 +1,4 @@
-"""``/healthz`` for load balancers and ``/metrics`` for Prometheus (thin: see domain.health)."""
+"""``/healthz`` for load balancers and ``/metrics`` for Prometheus (thin: see services.health)."""
 
 from __future__ import annotations
 

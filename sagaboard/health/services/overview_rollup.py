@@ -105,7 +105,7 @@ def scan() -> Counter[Key]:
 
 
 def series_key(status: str, outcome: str | None) -> str:
-    """The chart series a saga at rest counts in (``selectors.overview.series``'s rule)."""
+    """The chart series a saga at rest counts in (``health.reads.overview.series``'s rule)."""
     if status == SagaStatus.ROLLED_BACK and outcome == RollbackOutcome.WITH_EXCEPTIONS:
         return WITH_EXCEPTIONS
     return status

@@ -26,7 +26,7 @@ its time; any commit within ``OVERLAP`` of its stamp is still folded next time.
 at once are safe: each chunk first updates the cursor row, which serialises the chunks
 (a row lock on PostgreSQL; SQLite's IMMEDIATE transactions), and reads the marks after.
 
-**Retention.** Deleting a saga (``domain.retention``) deletes its mark with it (cascade)
+**Retention.** Deleting a saga (``health.services.retention``) deletes its mark with it (cascade)
 and keeps its counts in the rollups: health is history, and "runs last week" does not
 drop because old sagas were cleaned up. Rollup rows themselves are pruned by the fold
 once older than the longest window they serve (``KEEP``).

@@ -1,6 +1,6 @@
 """Export the sagas a list filter selects: ``/sagas/export.csv`` and ``/sagas/export.jsonl``.
 
-They take the saga list's query string (``selectors.saga_search.parse``), stream the
+They take the saga list's query string (``search.reads.saga_search.parse``), stream the
 rows as they are read (``StreamingHttpResponse`` over keyset chunks: constant memory at
 any size), and audit who exported what. CSV cells that a spreadsheet would run as a
 formula (starting with = + - @, a tab or a CR) get a leading apostrophe.

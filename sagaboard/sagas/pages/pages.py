@@ -1,4 +1,4 @@
-"""Dashboard pages: thin views over selectors; every query scoped to the user's projects."""
+"""Dashboard pages: thin views over reads; every query scoped to the user's projects."""
 
 from __future__ import annotations
 
