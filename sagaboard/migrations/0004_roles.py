@@ -1,7 +1,7 @@
-"""The four dashboard roles as groups (see sagaboard/roles.py).
+"""The four dashboard roles as groups (see sagaboard/access/services/roles.py).
 
-The role -> permission table is a frozen copy of sagaboard/roles.py as it was when this
-migration was written: history must not change when the live table does (a later
+The role -> permission table is a frozen copy of sagaboard/access/services/roles.py as it was
+when this migration was written: history must not change when the live table does (a later
 migration brings the groups up to date, as 0006 does).
 """
 

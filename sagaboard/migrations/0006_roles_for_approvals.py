@@ -1,4 +1,5 @@
-"""The roles again, now that approvals and policies have permissions (see sagaboard/roles.py).
+"""The roles again, now that approvals and policies have permissions
+(see sagaboard/access/services/roles.py).
 
 Its own frozen copy of the role -> permission table as it was then (nothing imported from
 live code or another migration), so history stays as it ran.

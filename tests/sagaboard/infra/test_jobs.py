@@ -1,4 +1,4 @@
-"""``domain.jobs``: services queue work by task name, and only once their transaction commits."""
+"""``infra.jobs``: services queue work by task name, and only once their transaction commits."""
 
 from __future__ import annotations
 
