@@ -40,7 +40,7 @@ waiting(project, "s-1")
 SEND_MAILS = f"""
 from django.core import mail
 from django.test.utils import override_settings
-from sagaboard.domain import notifications
+from sagaboard.notify.services import notifications
 from sagaboard.models import Notification
 locmem = {{"default": {{"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}}}
 with override_settings(MAILERS=locmem, SECRET_KEY={LIVE_SECRET_KEY!r}):

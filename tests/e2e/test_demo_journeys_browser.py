@@ -42,7 +42,7 @@ WIDE, PHONE = 1280, 390
 
 MAKE_FAILED = """
 from sagaboard.demo.flows import demo_project, storebot_server_saga
-from sagaboard.domain import runner
+from sagaboard.actions.services import runner
 for saga_id in ("batch-a", "batch-b"):
     saga = storebot_server_saga(demo_project(), saga_id, refund_needs_approval=False,
                                 return_fails_first=2, item=saga_id[-1])

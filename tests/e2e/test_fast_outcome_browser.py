@@ -50,7 +50,7 @@ MAKE_SAGAS = f"""
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from sagaboard.demo.flows import storebot_server_saga
-from sagaboard.domain import manual_flow
+from sagaboard.record.services import manual_flow
 from sagaboard.models import Project
 
 project = Project.objects.create(slug="shop", name="Shop")

@@ -36,7 +36,8 @@ CLIENT_UNDO = "waits for an operator: the undo of 'refund_payment' lives in the 
 MAKE_SAGAS = f"""
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from sagaboard.domain import approvals, runner
+from sagaboard.actions.services import runner
+from sagaboard.approvals.services import approvals
 from sagaboard.demo.flows import storebot_server_saga
 from sagaboard.models import Approval, Project, Saga, Step
 

@@ -28,7 +28,7 @@ MAKE_SAGAS = f"""
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from sagaboard.demo.flows import storebot_server_saga
-from sagaboard.domain import runner
+from sagaboard.actions.services import runner
 from sagaboard.models import Project
 
 project = Project.objects.create(slug="shop", name="Shop")

@@ -53,7 +53,7 @@ tool = define_tool("return_item", lambda i: {{"ok": True}}, lambda o, i: None)
 for n in range(3):
     long.execute(tool, {{"n": n}})
 long.complete()
-from sagaboard.domain import manual_flow
+from sagaboard.record.services import manual_flow
 manual_flow.saga_begin(project=project, event_id="h-1", name="by hand", saga_id="hand-1",
                        token_pk=None)
 Saga.objects.filter(saga_id="tz-1").update(
@@ -223,7 +223,7 @@ def test_a_long_sagas_trees_load_when_opened(site: Site, vic: Any) -> None:
 
 
 ADD_STEP = """
-from sagaboard.domain import manual_flow
+from sagaboard.record.services import manual_flow
 from sagaboard.models import Project
 manual_flow.step_add(project=Project.objects.get(slug="shop"), event_id="h-2",
                      saga_id="hand-1", tool_name="charge", input={"cents": 1250},

@@ -65,7 +65,8 @@ import json, os, signal, django
 django.setup()
 from django.utils import timezone
 from sagaboard.demo.flows import storebot_server_saga
-from sagaboard.domain import jobs, runner
+from sagaboard.actions.services import runner
+from sagaboard.infra import jobs
 from sagaboard.models import Approval, ApprovalPolicy, Project
 
 jobs._enqueue_committed = lambda *args: None  # its tasks are lost: the sweep must find the work

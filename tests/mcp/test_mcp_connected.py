@@ -26,7 +26,8 @@ WORKER = """
 import json
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from sagaboard.domain import approvals, runner
+from sagaboard.actions.services import runner
+from sagaboard.approvals.services import approvals
 from sagaboard.models import Approval, Saga
 
 saga = Saga.objects.get(saga_id=SID)

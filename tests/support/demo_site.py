@@ -58,7 +58,7 @@ from datetime import timedelta
 from django.contrib.auth import get_user_model
 from django.test.utils import override_settings
 from django.utils import timezone
-from sagaboard.domain import link_tokens
+from sagaboard.notify.services import link_tokens
 from sagaboard.models import Approval, DecisionLink
 link = DecisionLink.objects.create(
     approval=Approval.objects.filter(status="PENDING").order_by("pk").first(),

@@ -559,7 +559,7 @@ SLOW_WRITER = """
 import json, os, time
 from pathlib import Path
 from django.db import transaction
-from sagaboard.domain import audit
+from sagaboard.audit.services import audit
 from sagaboard.models import Event, Saga
 marks = Path(os.environ["SAGABOARD_TOPOLOGY_MARKS"])
 saga = Saga.objects.filter(project__slug="demo").order_by("pk").first()
