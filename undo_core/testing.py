@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from .gates import ApprovalRequest, Decision, FailedCompensation
+from .vocabulary.gates import ApprovalRequest, Decision, FailedCompensation
 
 __all__ = ["FakeClock", "ScriptedGate"]
 

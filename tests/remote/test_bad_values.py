@@ -29,8 +29,8 @@ from undo_core import (
     StoreError,
     define_tool,
 )
-from undo_core.records import EventKind
 from undo_core.remote import SagaboardAPIError, SagaboardStore
+from undo_core.vocabulary.records import EventKind
 
 URL = "https://sagaboard.test"  # conftest's fake sagaboard
 TOKEN = "sgb_ab12cd34_secret"

@@ -33,9 +33,9 @@ from undo_core import (
     Tool,
     define_tool,
 )
-from undo_core.records import EventKind
 from undo_core.remote import SagaboardStore, change_to_event
 from undo_core.testing import FakeClock
+from undo_core.vocabulary.records import EventKind
 
 URL = "https://sagaboard.test"
 TOKEN = "sgb_ab12cd34_secret"

@@ -25,7 +25,7 @@ from undo_core import (
     define_tool,
     wrap_tools,
 )
-from undo_core.states import check_saga_transition, check_step_transition
+from undo_core.vocabulary.states import check_saga_transition, check_step_transition
 
 # ---------------------------------------------------------------- define_tool
 

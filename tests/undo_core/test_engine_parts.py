@@ -29,10 +29,10 @@ from undo_core import (
     StoreError,
     define_tool,
 )
-from undo_core.flows import CompensationOutcome
-from undo_core.gates import GateQuestions
-from undo_core.ledger import SAVED, Ledger, Recorded
+from undo_core.engine.flows import CompensationOutcome
+from undo_core.engine.ledger import SAVED, Ledger, Recorded
 from undo_core.testing import FakeClock
+from undo_core.vocabulary.gates import GateQuestions
 
 
 class TwoQuestions:

@@ -26,8 +26,8 @@ from undo_core import (
     check_change,
     define_tool,
 )
-from undo_core.record_json import record_json, time_text
-from undo_core.serialize import json_text
+from undo_core.stores.record_json import record_json, time_text
+from undo_core.stores.serialize import json_text
 
 
 class Recording(MemoryStore):

@@ -1,4 +1,4 @@
-"""undo_core.record_json: the records' one JSON form, shared by the wire, SQLite and MCP."""
+"""undo_core.stores.record_json: the records' one JSON form, shared by the wire, SQLite and MCP."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from undo_core import (
     StepState,
 )
 from undo_core.mcp.backends import _local_step, _remote_step
-from undo_core.record_json import JSON_NAMES, record_from_json, record_json
 from undo_core.remote import change_to_event
-from undo_core.rules import MOVABLE
+from undo_core.stores.record_json import JSON_NAMES, record_from_json, record_json
+from undo_core.stores.rules import MOVABLE
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -1,4 +1,5 @@
-"""undo_core.rules: the one function that decides whether a stored change is legal, and replay.
+"""undo_core.stores.rules: the one function that decides whether a stored change is legal,
+and replay.
 
 The engine passes every change it makes through ``check_change``; replaying what a
 store received gives exactly what the store holds, and a rewritten change is

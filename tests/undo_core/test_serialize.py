@@ -1,4 +1,4 @@
-"""undo_core.serialize: the one rule for what a store can keep, and the words it uses."""
+"""undo_core.stores.serialize: the one rule for what a store can keep, and the words it uses."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from undo_core import (
     define_saga,
     define_tool,
 )
-from undo_core.serialize import check_change, json_text, safe_text, value_problem
+from undo_core.stores.serialize import check_change, json_text, safe_text, value_problem
 
 LONE = os.fsdecode(b"\xff")  # "\udcff"
 

@@ -6,8 +6,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ..saga import AsyncSaga, Saga
-from ..tools import Tool, define_tool
+from ..engine.saga import AsyncSaga, Saga
+from ..vocabulary.tools import Tool, define_tool
 
 __all__ = ["TOOL_CALL_ID", "UndoFn", "bind_execute", "define_adapter_tool", "run_step"]
 

@@ -33,8 +33,8 @@ from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackMan
 from langchain_core.tools import BaseTool
 from pydantic import PrivateAttr
 
-from ..saga import AsyncSaga, Saga
-from ..tools import Tool
+from ..engine.saga import AsyncSaga, Saga
+from ..vocabulary.tools import Tool
 from ._common import TOOL_CALL_ID, UndoFn, bind_execute, define_adapter_tool, run_step
 
 __all__ = ["TOOL_CALL_ID", "LangChainSaga", "SagaTool"]

@@ -34,7 +34,7 @@ from agents import FunctionTool
 from agents import function_tool as sdk_function_tool
 from agents.tool_context import ToolContext
 
-from ..saga import AsyncSaga
+from ..engine.saga import AsyncSaga
 from ._common import TOOL_CALL_ID, UndoFn, bind_execute, define_adapter_tool, run_step
 
 __all__ = ["TOOL_CALL_ID", "AgentsSaga"]

@@ -30,8 +30,8 @@ from pydantic_ai import RunContext
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
-from ..saga import AsyncSaga
-from ..tools import Tool
+from ..engine.saga import AsyncSaga
+from ..vocabulary.tools import Tool
 from ._common import TOOL_CALL_ID, UndoFn, bind_execute, define_adapter_tool, run_step
 
 __all__ = ["TOOL_CALL_ID", "SagaToolset"]

@@ -15,8 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..records import EventKind, SagaEvent, SagaSnapshot
-from ..storage import SagaChange, SagaStore
+from ..stores.storage import SagaChange, SagaStore
+from ..vocabulary.records import EventKind, SagaEvent, SagaSnapshot
 
 if TYPE_CHECKING:
     from ..remote import SagaboardStore

@@ -22,16 +22,16 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from ..errors import UndoCoreError
-from ..ledger import default_owner
-from ..outcome import status_text
-from ..record_json import record_json, time_text
-from ..records import StepSnapshot
-from ..reports import RollbackReport
-from ..saga import Saga
-from ..sqlite_store import SQLiteStore
-from ..states import SagaStatus, StepState
-from ..tools import Tool, UndoContext, define_tool
+from ..engine.ledger import default_owner
+from ..engine.reports import RollbackReport
+from ..engine.saga import Saga
+from ..stores.record_json import record_json, time_text
+from ..stores.sqlite_store import SQLiteStore
+from ..vocabulary.errors import UndoCoreError
+from ..vocabulary.outcome import status_text
+from ..vocabulary.records import StepSnapshot
+from ..vocabulary.states import SagaStatus, StepState
+from ..vocabulary.tools import Tool, UndoContext, define_tool
 
 __all__ = [
     "Backend",
@@ -206,7 +206,7 @@ def _camel(name: str) -> str:
 
 
 def _step_fields(step: Mapping[str, Any], *, full: bool) -> dict[str, Any]:
-    """A step object of the wire format (``undo_core.record_json``) as the tools' camelCase reply.
+    """A step object of the wire format (``stores.record_json``) as the tools' camelCase reply.
 
     Both modes answer with these keys, the standalone one from its own records and the
     connected one from sagaboard's answers, so a model sees one shape.

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from ..errors import StoreError
+from ..vocabulary.errors import StoreError
 
 __all__ = ["SagaboardAPIError", "SagaboardUnavailable", "api_error"]
 

@@ -1,6 +1,6 @@
 """``SagaboardGate`` / ``AsyncSagaboardGate``: people in sagaboard decide for sagas run here.
 
-undo_core's engine asks its gate two questions (see :mod:`undo_core.gates`);
+undo_core's engine asks its gate two questions (see :mod:`undo_core.vocabulary.gates`);
 these gates put them to sagaboard's operators and wait for the answer::
 
     client = SagaboardClient(url, token)
@@ -76,7 +76,7 @@ from collections.abc import Awaitable, Callable, Generator
 from types import TracebackType
 from typing import Any, NamedTuple, Self, TypeVar
 
-from ..gates import ApprovalRequest, Decision, FailedCompensation
+from ..vocabulary.gates import ApprovalRequest, Decision, FailedCompensation
 from ._client import MAX_WAIT, AsyncSagaboardClient, SagaboardClient
 from ._errors import SagaboardAPIError, SagaboardUnavailable
 from ._store import SagaboardStore

@@ -19,8 +19,8 @@ from collections import deque
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from ..errors import StoreError
-from ..paths import ensure_file_folder
+from ..stores.paths import ensure_file_folder
+from ..vocabulary.errors import StoreError
 
 __all__ = ["Item", "MemoryQueue", "Outbox", "SpoolQueue"]
 

@@ -19,7 +19,7 @@ Guarantees:
   honoured. 401/403/404/405 (a bad token or URL) are retried too, loudly: they
   are a configuration problem, and dropping events for it would lose all of them.
 * **Bad values fail where they enter.** ``apply`` encodes the event with
-  undo_core's one rule for stored values (``undo_core.serialize``: JSON, text
+  undo_core's one rule for stored values (``undo_core.stores.serialize``: JSON, text
   that encodes as UTF-8, e.g. no lone surrogate from ``os.fsdecode``, engine
   counters within 64 bits) and raises :class:`~undo_core.SerializationError`
   naming the saga, step and field, in the caller's thread, so the engine fails
@@ -96,11 +96,11 @@ from typing import Any, NamedTuple, Self
 
 import httpx
 
-from ..errors import LeaseError, SerializationError, StoreError
-from ..records import SagaRecord, SagaSnapshot
-from ..serialize import value_problem
-from ..states import SagaStatus
-from ..storage import RollbackRequest, SagaChange
+from ..stores.serialize import value_problem
+from ..stores.storage import RollbackRequest, SagaChange
+from ..vocabulary.errors import LeaseError, SerializationError, StoreError
+from ..vocabulary.records import SagaRecord, SagaSnapshot
+from ..vocabulary.states import SagaStatus
 from ._client import SagaboardClient, retry_after
 from ._errors import SagaboardAPIError, api_error
 from ._queue import Item, MemoryQueue, Outbox, SpoolQueue

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..record_json import record_from_json, record_json
-from ..records import SagaRecord, SagaSnapshot, StepSnapshot
-from ..serialize import check_counters, json_text, unstorable
-from ..storage import SagaChange
+from ..stores.record_json import record_from_json, record_json
+from ..stores.serialize import check_counters, json_text, unstorable
+from ..stores.storage import SagaChange
+from ..vocabulary.records import SagaRecord, SagaSnapshot, StepSnapshot
 
 __all__ = [
     "change_to_event",
@@ -52,7 +52,7 @@ def encode_event(change: SagaChange) -> str:
     Called by ``SagaboardStore.apply`` in the caller's thread, so a value that
     cannot be sent fails that transition there and then (the engine fails the
     step) instead of failing later in the background where nobody can act.
-    The rule is undo_core's one rule for every store (``undo_core.serialize``):
+    The rule is undo_core's one rule for every store (``undo_core.stores.serialize``):
     JSON, text that encodes as UTF-8, counters within 64 bits. Encoding now
     also freezes the values: a caller mutating its input later does not change
     what is sent.

@@ -25,7 +25,7 @@ from tests.support.badges import status_texts
 from tests.support.hitl import person, storebot_server_saga
 from undo_core import Decision, SagaRollbackError, define_tool
 from undo_core import Saga as LocalSaga
-from undo_core.recovery import recover
+from undo_core.engine.recovery import recover
 from undo_core.testing import FakeClock, ScriptedGate
 
 pytestmark = pytest.mark.django_db

@@ -41,9 +41,9 @@ from tests.support.live_server import (
     redis_database,
     temp_database,
 )
-from undo_core.records import SagaRecord
-from undo_core.recovery import owner_is_gone
-from undo_core.states import SagaStatus
+from undo_core.engine.recovery import owner_is_gone
+from undo_core.vocabulary.records import SagaRecord
+from undo_core.vocabulary.states import SagaStatus
 
 pytestmark = pytest.mark.slow
 

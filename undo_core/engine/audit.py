@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Protocol
 
-from .records import EventKind, SagaEvent
-from .states import SagaStatus, StepState
+from ..vocabulary.records import EventKind, SagaEvent
+from ..vocabulary.states import SagaStatus, StepState
 
 __all__ = ["AuditRecord", "AuditSink", "Severity", "audit_listener"]
 

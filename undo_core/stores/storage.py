@@ -12,9 +12,9 @@ import threading
 from datetime import datetime
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from .errors import LeaseError
-from .records import SagaEvent, SagaRecord, SagaSnapshot, StepSnapshot
-from .states import SagaStatus
+from ..vocabulary.errors import LeaseError
+from ..vocabulary.records import SagaEvent, SagaRecord, SagaSnapshot, StepSnapshot
+from ..vocabulary.states import SagaStatus
 
 __all__ = [
     "UNFINISHED_STATUSES",

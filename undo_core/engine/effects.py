@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any, NamedTuple, TypeVar
 
-from .gates import ApprovalRequest, FailedCompensation
+from ..vocabulary.gates import ApprovalRequest, FailedCompensation
 
 T = TypeVar("T")
 
@@ -28,7 +28,7 @@ class Call(NamedTuple):
 
 
 class Ask(NamedTuple):
-    """Effect: ask the gate one question (one of :class:`~undo_core.gates.GateQuestions`)."""
+    """Effect: ask one of the gate's :class:`~undo_core.vocabulary.gates.GateQuestions`."""
 
     question: Callable[[Any], Any]
     """The gate's bound method; the driver calls it with ``request`` (and awaits, if async)."""

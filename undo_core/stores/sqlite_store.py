@@ -21,13 +21,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import LeaseError, StoreError
+from ..vocabulary.errors import LeaseError, StoreError
+from ..vocabulary.records import EventKind, SagaRecord, SagaSnapshot, StepSnapshot
+from ..vocabulary.states import StepState
 from .paths import ensure_file_folder
 from .record_json import record_from_json, record_json, time_text
-from .records import EventKind, SagaRecord, SagaSnapshot, StepSnapshot
 from .rules import MOVABLE
 from .serialize import INT64_MAX, INT64_MIN, check_counters, json_text, unstorable
-from .states import StepState
 from .storage import UNFINISHED_STATUSES, SagaChange
 
 __all__ = ["SQLiteStore"]
@@ -94,7 +94,7 @@ def _storable_columns(row: tuple[Any, ...]) -> None:
 
 
 _STEP_MOVES = (*MOVABLE, "compensation_attempts")
-"""What a step's later journal rows carry: what may change after its creation (undo_core.rules)."""
+"""What a step's later journal rows carry: what may change after its creation (``rules``)."""
 _FIXED = tuple(name for name in StepSnapshot._fields if name not in _STEP_MOVES)
 """Written once, in the row that adds the step (its id is the row's ``step_id`` column)."""
 _FIXED_NO_OUTPUT = (*_FIXED, "output")
@@ -156,7 +156,7 @@ class SQLiteStore:
 
     def apply(self, change: SagaChange) -> None:
         # Serialise first, so a value that cannot be stored fails before any write,
-        # as a SerializationError naming it (the one rule of undo_core.serialize).
+        # as a SerializationError naming it (the one rule of undo_core.stores.serialize).
         try:
             saga_row, journal_row = self._rows(change)
         except (TypeError, ValueError, OverflowError) as err:

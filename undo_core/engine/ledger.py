@@ -2,7 +2,7 @@
 
 Every change goes through :meth:`Ledger.saga_to`, :meth:`Ledger.step_to` or
 :meth:`Ledger.record_attempt`: check the transition table and the rules every
-store enforces (``undo_core.rules``), write to the store, then change memory,
+store enforces (``undo_core.stores.rules``), write to the store, then change memory,
 then tell listeners. A change that the store refuses did not happen, except a
 change that records something the world already did (a tool ran, an undo ran):
 memory moves on anyway, so the rollback still undoes it, and the store's error
@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .clock import Clock
-from .errors import LeaseError, SagaNotFoundError, StepNotFoundError, StoreError
-from .records import (
+from ..stores.rules import check_change, is_unsettled
+from ..stores.storage import SagaChange, SagaStore
+from ..vocabulary.clock import Clock
+from ..vocabulary.errors import LeaseError, SagaNotFoundError, StepNotFoundError, StoreError
+from ..vocabulary.records import (
     CompensationAttempt,
     EventKind,
     SagaEvent,
@@ -35,17 +37,15 @@ from .records import (
     SagaSnapshot,
     StepSnapshot,
 )
-from .rules import check_change, is_unsettled
-from .states import (
+from ..vocabulary.states import (
     STEP_TRANSITIONS,
     SagaStatus,
     StepState,
     check_saga_transition,
     check_step_transition,
 )
+from ..vocabulary.tools import Tool
 from .steps import StepRow, describe, snapshot_values
-from .storage import SagaChange, SagaStore
-from .tools import Tool
 
 __all__ = [
     "SAVED",
@@ -230,7 +230,7 @@ class Ledger:
         event: SagaEvent,
         before: StepSnapshot | None = None,
     ) -> None:
-        """Store one change, after the rules every store enforces (``undo_core.rules``).
+        """Store one change, after the rules every store enforces (``undo_core.stores.rules``).
 
         ``before``: the step as it was stored (``None`` for a new step). The engine's
         own moves pass the same rules as any change a server receives, so the two

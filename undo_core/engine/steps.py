@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .records import CompensationAttempt, StepSnapshot
-from .serialize import safe_text
-from .states import StepState
-from .tools import Tool
+from ..stores.serialize import safe_text
+from ..vocabulary.records import CompensationAttempt, StepSnapshot
+from ..vocabulary.states import StepState
+from ..vocabulary.tools import Tool
 
 __all__ = ["StepRow", "describe", "snapshot_values"]
 
@@ -87,7 +87,7 @@ class StepRow:
 def describe(error: BaseException | str) -> tuple[str, str | None, str | None]:
     """(message, type name, traceback text) of an error or a plain message.
 
-    The texts are made storable (:func:`~undo_core.serialize.safe_text`): a failure
+    The texts are made storable (:func:`~undo_core.stores.serialize.safe_text`): a failure
     whose message names a file that is not UTF-8 must still be recorded as a failure.
     """
     if isinstance(error, BaseException):

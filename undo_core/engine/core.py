@@ -2,9 +2,9 @@
 
 A saga is made of three parts, each in its own module:
 
-* its :class:`~undo_core.ledger.Ledger` (``ledger.py``): the record and steps,
+* its :class:`~undo_core.engine.ledger.Ledger` (``ledger.py``): the record and steps,
   written to the store one checked change at a time, and the lease;
-* its :class:`~undo_core.flows.Flows` (``flows.py``): the algorithms (run
+* its :class:`~undo_core.engine.flows.Flows` (``flows.py``): the algorithms (run
   forward, roll back newest first, retry an undo, ask the gate, recover) as
   generators of effects;
 * its driver (``saga.py``): performs the effects, plainly or with ``await``.
@@ -22,24 +22,24 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Self
 
-from . import tracing
-from .clock import Clock, SystemClock
-from .errors import TransitionError
-from .flows import CompensationFailureMode, Flows, check_tool
-from .gates import (
+from .. import tracing
+from ..stores.storage import MemoryStore, SagaStore
+from ..vocabulary.clock import Clock, SystemClock
+from ..vocabulary.errors import TransitionError
+from ..vocabulary.gates import (
     ApprovalGate,
     ApprovalPolicy,
     AsyncApprovalGate,
     AutoApproveGate,
     GateQuestions,
 )
+from ..vocabulary.outcome import RollbackAssessment, StepFacts, assess_rollback
+from ..vocabulary.records import SagaKind, SagaRecord, SagaSnapshot, StepSnapshot
+from ..vocabulary.states import SagaStatus, StepState
+from ..vocabulary.tools import Tool
+from .flows import CompensationFailureMode, Flows, check_tool
 from .ledger import Ledger, Listener, default_owner, take_lease
-from .outcome import RollbackAssessment, StepFacts, assess_rollback
-from .records import SagaKind, SagaRecord, SagaSnapshot, StepSnapshot
 from .reports import RollbackReport
-from .states import SagaStatus, StepState
-from .storage import MemoryStore, SagaStore
-from .tools import Tool
 
 __all__ = ["CompensationFailureMode", "Listener", "SagaCore", "default_owner"]
 

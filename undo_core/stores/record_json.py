@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, NamedTuple
 
-from .records import CompensationAttempt, SagaEvent, SagaRecord, StepSnapshot
+from ..vocabulary.records import CompensationAttempt, SagaEvent, SagaRecord, StepSnapshot
 
 __all__ = ["JSON_NAMES", "record_from_json", "record_json", "time_text"]
 
@@ -119,7 +119,7 @@ _PLANS: dict[type[Any], _Plan] = {
 
 
 def record_json(record: NamedTuple, skip: Iterable[str] = ()) -> dict[str, Any]:
-    """The record as a JSON-ready object (values not yet checked: see ``undo_core.serialize``).
+    """The record as a JSON-ready object (values not yet checked: see ``stores.serialize``).
 
     ``skip`` names fields left out (by field name), e.g. the lease, which no
     event log carries.

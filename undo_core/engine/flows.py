@@ -5,11 +5,11 @@ policy, ask the gate, finish what a dead process left: each is a generator that
 *yields effects* (call this function, ask the gate, sleep) and receives their
 outcomes. The sync and async sagas differ only in how they perform an effect,
 so the rules live here, in one place, and every change they make goes through
-the saga's :class:`~undo_core.ledger.Ledger`.
+the saga's :class:`~undo_core.engine.ledger.Ledger`.
 
 A change that records something the world already did may fail to reach the
 store; the ledger then hands back the error in a
-:class:`~undo_core.ledger.Recorded`, and each algorithm returns it to its
+:class:`~undo_core.engine.ledger.Recorded`, and each algorithm returns it to its
 caller in its own result (:class:`StepResult`, :class:`RollbackRun`), up to
 the operation that raises or reports it.
 """
@@ -23,15 +23,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from .effects import Ask, Call, Flow, Sleep
-from .errors import (
+from ..stores.storage import RollbackRequest
+from ..tracing import METADATA_KEY, SagaTrace
+from ..vocabulary.errors import (
     GateError,
     RollbackRequestedError,
     SagaClosedError,
     StoreError,
     TransitionError,
 )
-from .gates import (
+from ..vocabulary.gates import (
     ApprovalPolicy,
     ApprovalRequest,
     Decision,
@@ -39,14 +40,13 @@ from .gates import (
     FailedCompensation,
     GateQuestions,
 )
+from ..vocabulary.records import AttemptOutcome, CompensationAttempt, StepSnapshot
+from ..vocabulary.states import SETTLED_STEP_STATES, SagaStatus, StepState, check_step_transition
+from ..vocabulary.tools import ExecuteContext, Tool, UndoContext
+from .effects import Ask, Call, Flow, Sleep
 from .ledger import SAVED, Ledger, Recorded
-from .records import AttemptOutcome, CompensationAttempt, StepSnapshot
 from .reports import RollbackReport, rollback_error, rollback_fields
-from .states import SETTLED_STEP_STATES, SagaStatus, StepState, check_step_transition
 from .steps import StepRow, describe
-from .storage import RollbackRequest
-from .tools import ExecuteContext, Tool, UndoContext
-from .tracing import METADATA_KEY, SagaTrace
 
 __all__ = [
     "CompensationFailureMode",

@@ -6,9 +6,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import SagaRollbackError
-from .records import SagaRecord
-from .states import SagaStatus
+from ..vocabulary.errors import SagaRollbackError
+from ..vocabulary.records import SagaRecord
+from ..vocabulary.states import SagaStatus
 from .steps import StepRow
 
 __all__ = ["RollbackReport", "rollback_error", "rollback_fields", "rollback_message"]

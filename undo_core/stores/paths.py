@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import StoreError
+from ..vocabulary.errors import StoreError
 
 __all__ = ["ensure_file_folder"]
 

@@ -20,19 +20,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from .audit import AuditSink, audit_listener
-from .engine import SagaCore
-from .errors import (
+from ..stores.storage import SagaStore
+from ..vocabulary.errors import (
     SagaClosedError,
     SagaDefinitionError,
     SagaNotFoundError,
     SagaRollbackError,
     StepNotFoundError,
 )
+from ..vocabulary.states import SagaStatus, StepState
+from ..vocabulary.tools import Tool, _is_async, define_tool
+from .audit import AuditSink, audit_listener
+from .core import SagaCore
 from .saga import AsyncSaga, Saga
-from .states import SagaStatus, StepState
-from .storage import SagaStore
-from .tools import Tool, _is_async, define_tool
 
 __all__ = ["RunResult", "SagaDefinition", "SagaStep", "define_saga"]
 

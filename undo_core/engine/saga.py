@@ -9,15 +9,15 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
 
-from . import tracing
+from .. import tracing
+from ..vocabulary.errors import StepTimeoutError
+from ..vocabulary.gates import GateQuestions
+from ..vocabulary.records import StepSnapshot
+from ..vocabulary.states import SagaStatus
+from ..vocabulary.tools import Tool
+from .core import SagaCore
 from .effects import Ask, Call, Effect, Flow, Outcome, Sleep
-from .engine import SagaCore
-from .errors import StepTimeoutError
-from .gates import GateQuestions
-from .records import StepSnapshot
 from .reports import RollbackReport
-from .states import SagaStatus
-from .tools import Tool
 
 __all__ = ["AsyncSaga", "Saga"]
 

@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .errors import SerializationError
-from .records import SagaRecord, StepSnapshot
+from ..vocabulary.errors import SerializationError
+from ..vocabulary.records import SagaRecord, StepSnapshot
 from .storage import SagaChange
 
 __all__ = [

@@ -14,16 +14,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .clock import Clock, SystemClock
-from .engine import SagaCore
-from .errors import LeaseError
+from ..stores.storage import SagaStore
+from ..vocabulary.clock import Clock, SystemClock
+from ..vocabulary.errors import LeaseError
+from ..vocabulary.records import SagaKind
+from ..vocabulary.states import SagaStatus
+from ..vocabulary.tools import Tool
+from .core import SagaCore
 from .ledger import default_owner, local_owner_dead, owner_is_gone
-from .records import SagaKind
 from .reports import RollbackReport
 from .saga import AsyncSaga, Saga
-from .states import SagaStatus
-from .storage import SagaStore
-from .tools import Tool
 
 __all__ = [
     "RecoveryResult",

@@ -1,7 +1,7 @@
 """The rules every stored change to a saga obeys, and the replay that checks a whole log.
 
 A store keeps a saga as a record, its steps, and the log of changes that made
-them. The transition tables (:mod:`undo_core.states`) say which status moves are
+them. The transition tables (:mod:`undo_core.vocabulary.states`) say which status moves are
 legal; this module says the rest, for each kind of event, so that nobody holding
 a way to write changes (an agent's token, a bug) can rewrite the record around
 the state machine:
@@ -40,9 +40,9 @@ import operator
 from collections.abc import Collection, Iterable
 from typing import Any, Protocol
 
-from .errors import ChangeRefused
-from .records import EventKind, SagaEvent, SagaRecord, SagaSnapshot, StepSnapshot
-from .states import (
+from ..vocabulary.errors import ChangeRefused
+from ..vocabulary.records import EventKind, SagaEvent, SagaRecord, SagaSnapshot, StepSnapshot
+from ..vocabulary.states import (
     STEP_TRANSITIONS,
     SagaStatus,
     StepState,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..vocabulary.tools import Tool
 from .saga import AsyncSaga, Saga
-from .tools import Tool
 
 __all__ = ["WrappedTools", "wrap_tools"]
 
