@@ -28,7 +28,7 @@ help:
 	@echo "make test-fast      the quick loop: SQLite, no slow tests (-m 'not slow'), in parallel"
 	@echo "make test-sqlite    pytest on SQLite only"
 	@echo "make test-postgres  pytest on \$$SAGABOARD_TEST_DATABASE_URL ($(SAGABOARD_TEST_DATABASE_URL))"
-	@echo "make lint           ruff check, ruff format --check, mypy (undo_core), lint-imports, mkdocs build --strict"
+	@echo "make lint           ruff check, ruff format --check, mypy (undo_core strict, sagaboard typed), lint-imports, mkdocs build --strict"
 	@echo "make docs           serve the manual (docs/, MkDocs) on http://$(DOCS_PORT)/, rebuilt as you edit"
 	@echo "make docs-build     build the manual into site/ (mkdocs build --strict: a broken link or anchor fails)"
 	@echo "make fmt            ruff format + ruff check --fix"

@@ -104,8 +104,9 @@ def install(api: NinjaAPI) -> None:
 
     # ninja looks a handler up along the exception's MRO: its own defaults for its errors
     # are replaced by naming them, anything else falls through to Exception.
-    for kind in (ServiceError, *_TRANSLATIONS, Exception):
-        api.add_exception_handler(kind, answer)
+    kinds: tuple[type[Exception], ...] = (ServiceError, *_TRANSLATIONS, Exception)
+    for kind in kinds:
+        api.add_exception_handler(kind, answer)  # type: ignore[arg-type]  # ninja's hint is loose
 
 
 def as_service_error(request: HttpRequest, exc: Exception) -> ServiceError:

@@ -39,7 +39,7 @@ _ID_POLICY = (
     "letters of one script (docs/security.md, Text)."
 )
 _TEXT_POLICY = "Kept exactly as sent; NUL and lone surrogates are refused."
-_VALUE_SIZE = {"x-sagaboard-max-length": "SAGABOARD_MAX_VALUE_SIZE"}
+_VALUE_SIZE: dict[str, Any] = {"x-sagaboard-max-length": "SAGABOARD_MAX_VALUE_SIZE"}
 """Marks a text bounded by a setting: the OpenAPI schema states its current value."""
 
 _TIME_FORMAT = "expected an RFC 3339 date-time with its offset, e.g. 2026-01-31T12:00:00Z"
@@ -154,8 +154,8 @@ class StrictSchema(BaseModel):
 # The parts of a transition event. Their texts follow sagaboard.infra.text_policy, checked for
 # the whole batch by ``_BatchPass`` (not by a validator per field): the fields below only
 # state the bounds, which the schema shows.
-_IDENT = {"description": _ID_POLICY}
-_FREE = {"description": _TEXT_POLICY}
+_IDENT: dict[str, Any] = {"description": _ID_POLICY}
+_FREE: dict[str, Any] = {"description": _TEXT_POLICY}
 
 
 class AttemptIn(StrictSchema):
@@ -324,7 +324,7 @@ class _BatchPass:
         # Lone surrogates and numbers past a double's range were refused with the body
         # (sagaboard.infra.json_body): only Python's parser lets them through, and only there.
         for name in names:
-            value = obj.get(name)
+            value: Any = obj.get(name)
             kind = type(value)
             if kind is str:  # a JSON string: NUL is kept (stored escaped)
                 if len(value) > self.size:

@@ -277,14 +277,14 @@ class Agent:
             self.say(f"checkout {saga_id} {failed.status}: {failed.cause}")
             return saga_id, str(failed.status)
         try:
-            stopped = self._await_pickup(saga, store)
-            if stopped is None:
+            picked_up = self._await_pickup(saga, store)
+            if picked_up is None:
                 self._token_check()
         except TokenRefused:
             self.ended.append((saga_id, self._stopping(saga)))
             raise
-        if stopped is not None:
-            return saga_id, stopped
+        if picked_up is not None:
+            return saga_id, picked_up
         saga.complete()
         self.say(f"checkout {saga_id} {saga.status}")
         return saga_id, str(saga.status)

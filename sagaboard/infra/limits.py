@@ -92,6 +92,7 @@ def _depth_over(value: dict[str, Any] | list[Any], limit: int) -> bool:
     """Whether ``value`` (a container: level 1) nests deeper than ``limit`` levels."""
     # Plain recursion, at most `limit` deep: the common case, a flat object of scalars,
     # costs one loop of type checks (this runs for every value of every event).
+    child: Any  # a dict or a list when it nests (checked by type, the fast way)
     for child in value.values() if type(value) is dict else value:
         nests = type(child) is dict or type(child) is list
         if nests and (limit <= 1 or _depth_over(child, limit - 1)):

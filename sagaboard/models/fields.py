@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import models
 
@@ -52,6 +52,11 @@ class VoteDecision(models.TextChoices):
 
 class JSONTextField(models.TextField):  # type: ignore[type-arg]
     """JSON stored as text, returned as Python values; ``None`` is SQL NULL."""
+
+    if TYPE_CHECKING:
+        # Django is untyped here (no django-stubs): without this mypy takes ``step.undo``
+        # for the field itself, where an instance holds the stored JSON value.
+        def __get__(self, instance: Any, owner: Any) -> Any: ...
 
     def from_db_value(self, value: str | None, expression: Any, connection: Any) -> Any:
         return None if value is None else json.loads(value)

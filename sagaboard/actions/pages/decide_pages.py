@@ -63,10 +63,10 @@ def decision_link(request: HttpRequest, token: str) -> HttpResponse:
             context.update(flash=text, ok=True, open=False)
     approval = work_queues.approval_shown(visible.projects_for_user(request.user), link.approval_id)
     if approval is None:  # not (or no longer) in the person's projects, or their roles
-        refused = ServiceError(404, "not_found", "No such approval in your projects.")
+        gone = ServiceError(404, "not_found", "No such approval in your projects.")
         if status != 200:
-            refused = ServiceError(status, "refused", str(context["flash"]))
-        return _refused(request, refused)
+            gone = ServiceError(status, "refused", str(context["flash"]))
+        return _refused(request, gone)
     context["a"] = presenters.queue_items([approval])[0]
     context["open"] = context["open"] and approval.is_pending
     return render(request, "sagaboard/decide.html", context, status=status)

@@ -142,7 +142,7 @@ def click_of(payload: dict[str, Any]) -> Click:
         _refuse("the action is not sagaboard's Approve or Reject")
     if type(value) is not str or not _APPROVAL_PK.fullmatch(value) or int(value) > BIGINT:
         _refuse("the button's value is not an approval id")
-    user = payload.get("user")
+    user: Any = payload.get("user")
     slack_id = user.get("id") if type(user) is dict else None
     if type(slack_id) is not str or not _SLACK_ID.fullmatch(slack_id):
         _refuse("user is not a Slack user with an id")

@@ -9,6 +9,8 @@ items whose undo has ended, ``batch_outcomes.job_current``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, QueryDict
@@ -65,7 +67,7 @@ def batch_new(request: HttpRequest) -> HttpResponse:
     try:
         preview = batches.batch_preview(user=request.user, action=action, query=query)
     except ServiceError as refused:
-        context = {"error": refused.message, "preview": None}
+        context: dict[str, Any] = {"error": refused.message, "preview": None}
         return render(request, "sagaboard/batch_confirm.html", context, status=refused.status)
     context = {"preview": preview, "error": error, "reason": request.POST.get("reason", "")}
     return render(request, "sagaboard/batch_confirm.html", context, status=status)

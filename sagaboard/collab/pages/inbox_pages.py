@@ -15,7 +15,7 @@ from sagaboard.collab.reads import inbox as needs
 
 class Badge(NamedTuple):
     kind: str
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, as the templates read it
     shown: str
     label: str
     href: str

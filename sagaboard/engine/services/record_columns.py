@@ -38,7 +38,8 @@ def _reader(hint: Any) -> Callable[[Any], Any]:
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     for option in options:
         if isinstance(option, type) and issubclass(option, Enum):
-            return lambda value, enum=option: None if value is None else enum(value)
+            enum = option
+            return lambda value: None if value is None else enum(value)
     if typing.get_origin(hint) is Mapping:
         return lambda value: value or {}
     return lambda value: value
@@ -111,7 +112,8 @@ def record_of(record: type[Any], source: Any, **own_rows: Any) -> Any:
     lease); fields kept in rows of their own come in ``own_rows``.
     """
     if isinstance(source, BaseModel):
-        names, read = _model_fields(record, type(source), frozenset(own_rows))
+        # Classes are hashable (the cache's keys); mypy doubts it of ``type[Any]``.
+        names, read = _model_fields(record, type(source), frozenset(own_rows))  # type: ignore[arg-type]
         return record(**dict(zip(names, read(source), strict=True)), **own_rows)
     names = tuple(n for n in record._fields if n not in own_rows and hasattr(source, n))
     return record(**{name: getattr(source, name) for name in names}, **own_rows)

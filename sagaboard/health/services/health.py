@@ -10,7 +10,7 @@ the same numbers.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -114,7 +114,7 @@ def metrics_text() -> str:
     now = timezone.now()
     out: list[str] = []
 
-    def gauge(name: str, help_text: str, rows: list[tuple[dict[str, str], float]]) -> None:
+    def gauge(name: str, help_text: str, rows: Sequence[tuple[dict[str, str], float]]) -> None:
         out.append(f"# HELP {name} {help_text}")
         out.append(f"# TYPE {name} gauge")
         out.extend(_line(name, value, **labels) for labels, value in rows)

@@ -271,21 +271,22 @@ def _apply(project_id: int, delta: dict[Key, list[Any]], now: datetime) -> int:
             bucket_start__in={k[2] for k in wanted},
         )
     }
-    updated, created = [], []
+    updated: list[ToolRollup] = []
+    created: list[ToolRollup] = []
     for (tool, g, start), values in wanted.items():
-        row = existing.get((tool, g, start))
-        if row is None:
-            row = ToolRollup(project_id=project_id, tool_name=tool, granularity=g,
-                             bucket_start=start)  # fmt: skip
-            created.append(row)
+        rollup = existing.get((tool, g, start))
+        if rollup is None:
+            rollup = ToolRollup(project_id=project_id, tool_name=tool, granularity=g,
+                                bucket_start=start)  # fmt: skip
+            created.append(rollup)
         else:
-            updated.append(row)
-        row.runs += values[0]
-        row.failures += values[1]
-        row.undo_runs += values[2]
-        row.undo_failures += values[3]
-        row.forward_hist = _merged(row.forward_hist, values[4])
-        row.undo_hist = _merged(row.undo_hist, values[5])
+            updated.append(rollup)
+        rollup.runs += values[0]
+        rollup.failures += values[1]
+        rollup.undo_runs += values[2]
+        rollup.undo_failures += values[3]
+        rollup.forward_hist = _merged(rollup.forward_hist, values[4])
+        rollup.undo_hist = _merged(rollup.undo_hist, values[5])
     fields = ["runs", "failures", "undo_runs", "undo_failures", "forward_hist", "undo_hist"]
     if updated:
         ToolRollup.objects.bulk_update(updated, fields, batch_size=500)

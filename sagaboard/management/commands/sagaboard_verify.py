@@ -49,8 +49,8 @@ class Command(BaseCommand):
         rollup: list[overview_rollup.Difference] = []
         if not (options["project"] or options["saga"]):
             rollup = overview_rollup.check()
-            for difference in rollup:
-                self.stdout.write(f"overview rollup: {difference}")
+            for drift in rollup:
+                self.stdout.write(f"overview rollup: {drift}")
             summary += f"; overview rollup: {len(rollup)} difference(s) from a fresh count"
         if not report.ok or rollup:
             raise CommandError(summary, returncode=1)

@@ -101,7 +101,8 @@ class Table:
 
 def table(model: type[models.Model], fields: Sequence[str]) -> Table:
     """The ``Table`` for these columns, built once per process (and database vendor)."""
-    return _table(model, tuple(fields), connection.vendor)
+    # A model class is hashable; untyped Django makes it ``type[Any]``, which mypy doubts.
+    return _table(model, tuple(fields), connection.vendor)  # type: ignore[arg-type]
 
 
 @functools.cache

@@ -175,7 +175,7 @@ def step_add(
     payload = {"tool": tool_name, "input": input, "undo": undo, "ra": requires_approval}
     if traceparent is not None:
         payload["tp"] = traceparent
-    check = undo_kinds.undo_check(Saga.Driver.SERVER, undo)
+    check = undo_kinds.undo_check(Saga.Driver.SERVER, undo)  # type: ignore[arg-type]  # a str
     if not check:  # refused now, not when a rollback needs it and it fails at once
         message = check.why if check.code == "validation_error" else f"{check.field}: {check.why}"
         raise ServiceError(422, check.code, message, check.field)
