@@ -32,6 +32,7 @@ from undo_core import (
     RollbackOutcome,
     SagaStatus,
     StepState,
+    UndoKind,
     WaitingFor,
 )
 
@@ -43,7 +44,7 @@ class UndoIn(StrictSchema):
     """How a step's undo runs: ``none`` (the default: nothing to undo), ``client`` (the
     agent undoes it itself), or in sagaboard: ``handler``, ``webhook``, ``command``."""
 
-    kind: Literal["none", "client", "handler", "webhook", "command"] = "none"
+    kind: UndoKind = UndoKind.NONE
     handler: identifier(200) | None = None  # type: ignore[valid-type]
     args: JsonObject = Field(default_factory=dict)
     url: free_text(2000) | None = None  # type: ignore[valid-type]

@@ -154,9 +154,11 @@ TEMPLATES = [
             ],
             # ``visible``: ids and names with invisible characters shown (text policy).
             # ``when``: every time labelled, the reader's zone (README "Times").
+            # ``action``: an action's value from undo_core's vocabulary.
             "builtins": [
                 "sagaboard.ui.templatetags.sagaboard_text",
                 "sagaboard.ui.templatetags.sagaboard_time",
+                "sagaboard.ui.templatetags.sagaboard_vocabulary",
             ],
             # The pages' own tags live in the ui kit (sagaboard/ui/templatetags/), not at the
             # app's root.

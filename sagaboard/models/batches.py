@@ -18,8 +18,9 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from sagaboard.models.fields import JSONTextField
+from sagaboard.models.fields import JSONTextField, choices_of
 from sagaboard.models.projects import Project
+from undo_core import APPROVAL_DECISIONS, STEP_ACTIONS
 
 
 class BatchJob(models.Model):
@@ -33,12 +34,8 @@ class BatchJob(models.Model):
         FINISHED = "finished"
         """Every item's outcome is known (a cancelled job: every outcome of what it did)."""
 
-    class Action(models.TextChoices):
-        RETRY = "retry"
-        RESOLVE = "resolve"
-        LEAVE = "leave"
-        APPROVE = "approve"
-        REJECT = "reject"
+    Action = choices_of("BatchAction", (*STEP_ACTIONS, *APPROVAL_DECISIONS))
+    """A batch does one step action or one approval decision (undo_core's vocabulary)."""
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

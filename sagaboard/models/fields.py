@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import models
 
+from undo_core import APPROVAL_DECISIONS, CARRIED_OUT, STEP_ACTIONS, DecisionAction
+
 
 def one_of(
     table: str, field: str, values: Iterable[str], *, null: bool = False
@@ -45,9 +47,17 @@ class ApprovalStatus(models.TextChoices):
     """What would run changed after the approval was asked for: a new one is needed."""
 
 
-class VoteDecision(models.TextChoices):
-    APPROVE = "approve"
-    REJECT = "reject"
+def choices_of(name: str, members: tuple[DecisionAction, ...]) -> type[models.TextChoices]:
+    """Model choices made from undo_core's vocabulary, never spelled again here."""
+    return models.TextChoices(name, [(m.name, m.value) for m in members])  # type: ignore[return-value]
+
+
+VoteDecision = choices_of("VoteDecision", APPROVAL_DECISIONS)
+"""An approver's vote: undo_core's ``APPROVAL_DECISIONS``."""
+StepAction = choices_of("StepAction", STEP_ACTIONS)
+"""An operator's answer to a failed undo: undo_core's ``STEP_ACTIONS``."""
+CarriedOut = choices_of("CarriedOut", CARRIED_OUT)
+"""A step action the engine carries out and an agent acknowledges: undo_core's ``CARRIED_OUT``."""
 
 
 class JSONTextField(models.TextField):  # type: ignore[type-arg]

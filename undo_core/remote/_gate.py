@@ -76,7 +76,7 @@ from collections.abc import Awaitable, Callable, Generator
 from types import TracebackType
 from typing import Any, NamedTuple, Self, TypeVar
 
-from ..vocabulary.gates import ApprovalRequest, Decision, FailedCompensation
+from ..vocabulary.gates import CARRIED_OUT, ApprovalRequest, Decision, FailedCompensation
 from ._client import MAX_WAIT, AsyncSagaboardClient, SagaboardClient
 from ._errors import SagaboardAPIError, SagaboardUnavailable
 from ._store import SagaboardStore
@@ -269,7 +269,7 @@ class _GateRules:
             reason = answer.get("reason") or None
             if action == "leave":
                 return Decision.leave(actor=by, reason=reason)
-            if action in ("retry", "resolve"):
+            if action in CARRIED_OUT:
                 if not self._was_handed(key, answer):
                     with self._handed_lock:
                         self._handed[key] = dict(answer)

@@ -9,7 +9,7 @@ database connection.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from django.http import HttpRequest
 from ninja import Body, Path, Query, Router
@@ -22,6 +22,7 @@ from sagaboard.api.errors import ERRORS
 from sagaboard.api.event_schema import Text
 from sagaboard.api.schemas import Out, StrictSchema, free_text
 from sagaboard.infra.limits import BIGINT
+from sagaboard.models.fields import ApprovalStatus, CarriedOut, StepAction
 from undo_core import StepState
 
 router = Router(tags=["decisions"])
@@ -42,7 +43,7 @@ class ApprovalOut(Out):
     id: int
     saga_id: str
     step_id: str
-    status: Literal["PENDING", "APPROVED", "REJECTED", "EXPIRED", "VOID"]
+    status: ApprovalStatus
     required: int
     why: str
     decided_reason: str
@@ -59,7 +60,7 @@ class ApprovalRuleOut(Out):
 
 
 class DecisionOut(Out):
-    action: Literal["retry", "resolve", "leave"] | None
+    action: StepAction | None  # type: ignore[valid-type]
     by: str | None
     reason: str | None
     at: str | None
@@ -67,12 +68,12 @@ class DecisionOut(Out):
 
 
 class AckIn(StrictSchema):
-    action: Literal["retry", "resolve"]
+    action: CarriedOut  # type: ignore[valid-type]
     at: Text | None = Field(default=None, max_length=64)
 
 
 class AckOut(Out):
-    acknowledged: Literal["retry", "resolve"]
+    acknowledged: CarriedOut  # type: ignore[valid-type]
     by: str | None
     reason: str | None
     at: str | None

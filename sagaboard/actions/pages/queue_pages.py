@@ -33,7 +33,7 @@ from sagaboard.collab.services import ownership
 from sagaboard.errors import ServiceError
 from sagaboard.models import CompensationAttempt, Step
 from sagaboard.ui.next_path import next_path
-from undo_core import StepState
+from undo_core import APPROVAL_DECISIONS, CARRIED_OUT, STEP_ACTIONS, StepState
 
 
 def _ids(request: HttpRequest, name: str) -> list[int]:
@@ -100,7 +100,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
         "can_decide": request.user.has_perm("sagaboard.decide_approval"),
         "last_log_id": last_log_id,
         "projects": projects,
-        "batch_actions": [("approve", "Approve"), ("reject", "Reject")],
+        "batch_actions": [(d.value, action_reports.VERBS[d]) for d in APPROVAL_DECISIONS],
         "batch_total": _all(len(pending), lambda: work_queues.approvals_pending_count(projects)),
     }
     return render(request, "sagaboard/approval_queue.html", context)
@@ -162,11 +162,7 @@ def attention(request: HttpRequest) -> HttpResponse:
         "can_operate": request.user.has_perm("sagaboard.retry_compensation"),
         "last_log_id": last_log_id,
         "projects": projects,
-        "batch_actions": [
-            ("retry", "Retry"),
-            ("resolve", "Force-resolve"),
-            ("leave", "Leave failed"),
-        ],
+        "batch_actions": [(a.value, action_reports.VERBS[a]) for a in STEP_ACTIONS],
         "batch_total": _all(
             sum(g.size for g in groups), lambda: work_queues.failures_open_count(projects)
         ),
@@ -174,7 +170,7 @@ def attention(request: HttpRequest) -> HttpResponse:
     return render(request, "sagaboard/attention.html", context)
 
 
-_FOLLOWED = ("retry", "resolve")
+_FOLLOWED = CARRIED_OUT
 """The actions a worker or the agent carries out after the answer (a leave is immediate)."""
 _WAITING = (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT)
 
@@ -212,7 +208,7 @@ def _step_message(action: str, step: Step, after: int) -> tuple[str, bool, bool]
     if done and step.pending_action:
         step.pending_action = None  # read as carried out (not saved: the worker clears it)
     result, detail = action_reports.step_outcome(action, step)
-    verb = action_reports.VERBS[action]
+    verb = action_reports.VERBS[action]  # type: ignore[index]  # keyed by str enums
     headline = {
         "requested": f"{verb} requested",
         "awaiting": f"{verb} waits for approval",

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from sagaboard.approvals.services.approvals import DecisionRefused, Outcome, approval_progress
 from sagaboard.models import Approval, Saga, Step
-from undo_core import StepState
+from undo_core import DecisionAction, StepState
 
 RESULTS = {
     "succeeded": "succeeded",
@@ -37,12 +37,13 @@ RESULTS = {
 """Each result and how the summary line counts it, in the order it lists them."""
 
 VERBS = {
-    "retry": "Retry",
-    "resolve": "Force-resolve",
-    "leave": "Leave failed",
-    "approve": "Approve",
-    "reject": "Reject",
+    DecisionAction.RETRY: "Retry",
+    DecisionAction.RESOLVE: "Force-resolve",
+    DecisionAction.LEAVE: "Leave failed",
+    DecisionAction.APPROVE: "Approve",
+    DecisionAction.REJECT: "Reject",
 }
+"""Each action's name on a button and in a report: the one place the pages take it from."""
 
 _FAILED = (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT)
 

@@ -32,7 +32,7 @@ from sagaboard.approvals.services import approvals
 from sagaboard.audit.services import audit
 from sagaboard.errors import ServiceError
 from sagaboard.models import ApiToken, Approval, ApprovalVote, Project, Saga, Step
-from undo_core import StepState
+from undo_core import CARRIED_OUT, StepState
 
 MAX_WAIT = 30.0
 """The longest a long-poll is held, in seconds."""
@@ -45,7 +45,8 @@ SETTLED = frozenset(
     {StepState.ROLLED_BACK, StepState.RESOLVED, StepState.REJECTED, StepState.FAILED}
 )
 """Step states no operator can act on any more: nothing to wait for."""
-ACKNOWLEDGEABLE = ("retry", "resolve")
+ACKNOWLEDGEABLE = CARRIED_OUT
+"""What an agent acknowledges having carried out (undo_core's ``CARRIED_OUT``)."""
 
 # ---------------------------------------------------------------- finding things
 

@@ -27,16 +27,22 @@ from sagaboard.engine.reads import rollback_outcomes
 from sagaboard.engine.services import undo_kinds
 from sagaboard.infra import jobs
 from sagaboard.models import Approval, Saga, Step
-from undo_core import StepState
+from undo_core import STEP_ACTIONS, DecisionAction, StepState
 
 ACTIONABLE = [StepState.ROLLBACK_FAILED, StepState.IN_DOUBT]
 PERMISSION = {
-    "retry": "sagaboard.retry_compensation",
-    "resolve": "sagaboard.resolve_step",
-    "leave": "sagaboard.resolve_step",
+    DecisionAction.RETRY: "sagaboard.retry_compensation",
+    DecisionAction.RESOLVE: "sagaboard.resolve_step",
+    DecisionAction.LEAVE: "sagaboard.resolve_step",
 }
+"""The permission each of undo_core's ``STEP_ACTIONS`` needs (the one map; batches reuse it)."""
+assert tuple(PERMISSION) == STEP_ACTIONS
+_NAMES = f"{', '.join(STEP_ACTIONS[:-1])} or {STEP_ACTIONS[-1]}"
 
-_MOOT = {"leave": "the step was left failed", "resolve": "the step was resolved by hand"}
+_MOOT = {
+    DecisionAction.LEAVE: "the step was left failed",
+    DecisionAction.RESOLVE: "the step was resolved by hand",
+}
 """Why a retry's pending approval is void once the step is left or resolved instead."""
 
 
@@ -44,9 +50,7 @@ def step_act(*, step_pk: int, user: Any, action: str, reason: str) -> Step:
     """Ask for ``action`` (retry, resolve, leave) on a failed undo; ``DecisionRefused`` if not."""
     reason = (reason or "").strip()
     if action not in PERMISSION:
-        raise DecisionRefused(
-            "validation_error", "action must be retry, resolve or leave", "action"
-        )
+        raise DecisionRefused("validation_error", f"action must be {_NAMES}", "action")
     if action in ("resolve", "leave") and not reason:
         raise DecisionRefused("validation_error", "a reason is required", "reason")
     if not user.has_perm(PERMISSION[action]):

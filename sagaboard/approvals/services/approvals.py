@@ -26,6 +26,7 @@ from fnmatch import fnmatchcase
 from typing import Any, ClassVar
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from sagaboard.access.reads import visible
@@ -34,11 +35,15 @@ from sagaboard.audit.services import audit
 from sagaboard.engine.services.undo_kinds import plan_for, plan_hash
 from sagaboard.errors import ServiceError
 from sagaboard.infra import jobs
-from sagaboard.models import Approval, ApprovalPolicy, ApprovalVote, Project, Saga, Step
+from sagaboard.models import Approval, ApprovalPolicy, ApprovalVote, Project, Saga, Step, User
 from sagaboard.notify.services import notifications
 from undo_core import SagaStatus, StepState
 
 Status = Approval.Status
+
+
+DECIDE_PERMISSION = "sagaboard.decide_approval"
+"""What deciding an approval needs (each of undo_core's ``APPROVAL_DECISIONS``)."""
 
 
 class DecisionRefused(ServiceError):
@@ -202,7 +207,7 @@ def approval_progress(approval: Approval, approvals: int) -> str:
 
 
 def approval_decide(
-    *, approval_id: int, user: Any, decision: str, reason: str, via: str = "page"
+    *, approval_id: int, user: User, decision: str, reason: str, via: str = "page"
 ) -> Outcome:
     """One person's approve or reject, taken exactly once; ``DecisionRefused`` says why not.
 
@@ -215,70 +220,114 @@ def approval_decide(
     so that list is complete while it is held.
     """
     reason = (reason or "").strip()
-    if decision not in ApprovalVote.Decision.values:
-        raise DecisionRefused("validation_error", "decision must be approve or reject", "decision")
-    if not reason:
-        raise DecisionRefused("validation_error", "a reason is required", "reason")
-    if not user.has_perm("sagaboard.decide_approval"):
-        raise DecisionRefused("forbidden", "deciding undos needs the approver role")
+    _refuse_unfit(user, decision, reason)
     projects = visible.projects_visible(user)
     void_error: DecisionRefused | None = None
     approved = 0
     with transaction.atomic():
-        approval = (
-            Approval.objects.select_for_update(of=("self",))
-            .select_related("saga__project", "saga__posted_by_token", "step")
-            .filter(pk=approval_id, project__in=projects)
-            .first()
-        )
-        if approval is None:
-            raise DecisionRefused("not_found", "no such approval in your projects")
+        approval = _locked_for_decision(approval_id, projects)
         saga, step = approval.saga, approval.step
-        if approval.status != Status.PENDING:
-            raise DecisionRefused("already_decided", _already(approval))
-        token = saga.posted_by_token
-        if token is not None and token.created_by_id == user.pk:
-            raise DecisionRefused(
-                "forbidden",
-                f"you made the token ({token.prefix}) that posted this saga: "
-                "someone else must decide its undos",
-            )
-        votes = list(approval.votes.values_list("user_id", "decision"))
-        if any(voter == user.pk for voter, _ in votes):
-            raise DecisionRefused(
-                "already_decided",
-                "you have already approved this undo: a second, different person must approve",
-            )
+        votes = _votes_if_theirs_to_cast(approval, user)
         if plan_hash(plan_for(saga, step)) != approval.plan_hash:
-            approval.status, approval.decided_at = Status.VOID, timezone.now()
-            approval.decided_reason = "what will run changed after approval was asked for"
-            approval.save(update_fields=["status", "decided_at", "decided_reason"])
-            void_error = DecisionRefused(
-                "void", "what will run changed since this approval was asked for: it is void"
-            )
+            void_error = _void_changed(approval)
         else:
-            ApprovalVote.objects.create(
-                approval=approval, user=user, decision=decision, reason=reason
-            )
-            votes.append((user.pk, decision))
-            approved = sum(1 for _, d in votes if d == ApprovalVote.Decision.APPROVE)
-            _settle(approval, decision, reason, approved)
-            audit.record(
-                user=user,
-                action=f"approval.{decision}",
-                saga=saga,
-                step=step,
-                reason=reason,
-                from_state=Status.PENDING,
-                to_state=approval.status,
-                data={"approval": approval.pk, "votes": len(votes), "via": via},
-            )
+            approved = _vote(approval, user, decision, reason, votes=votes, via=via)
     if void_error is not None:
         raise void_error
     decided = approval.status != Status.PENDING
     if decided:
         _after_decision(approval, saga.driver, step)
     return Outcome(approval, decided, approved)
+
+
+# The steps of ``approval_decide``, in its order: what is refused before anything is read,
+# the locked read, who may not vote on it, then the vote (or the void). Each runs inside
+# its transaction where it says so: a refusal there rolls back whatever came before.
+
+
+def _refuse_unfit(user: User, decision: str, reason: str) -> None:
+    """Refuse a decision that is not one, has no reason, or comes from a non-approver."""
+    if decision not in ApprovalVote.Decision.values:
+        raise DecisionRefused("validation_error", "decision must be approve or reject", "decision")
+    if not reason:
+        raise DecisionRefused("validation_error", "a reason is required", "reason")
+    if not user.has_perm(DECIDE_PERMISSION):
+        raise DecisionRefused("forbidden", "deciding undos needs the approver role")
+
+
+def _locked_for_decision(approval_id: int, projects: QuerySet[Project]) -> Approval:
+    """The approval, locked (in the caller's transaction), with its saga, step and the
+    saga's token in one query; ``not_found`` outside ``projects``."""
+    approval = (
+        Approval.objects.select_for_update(of=("self",))
+        .select_related("saga__project", "saga__posted_by_token", "step")
+        .filter(pk=approval_id, project__in=projects)
+        .first()
+    )
+    if approval is None:
+        raise DecisionRefused("not_found", "no such approval in your projects")
+    return approval
+
+
+def _votes_if_theirs_to_cast(approval: Approval, user: User) -> list[tuple[int, str]]:
+    """The votes so far, if ``user`` may vote now: not once it is decided, not by whoever
+    made the token that posted the saga, not twice. Complete while the lock is held
+    (votes are only added under it)."""
+    if approval.status != Status.PENDING:
+        raise DecisionRefused("already_decided", _already(approval))
+    token = approval.saga.posted_by_token
+    if token is not None and token.created_by_id == user.pk:
+        raise DecisionRefused(
+            "forbidden",
+            f"you made the token ({token.prefix}) that posted this saga: "
+            "someone else must decide its undos",
+        )
+    votes = list(approval.votes.values_list("user_id", "decision"))
+    if any(voter == user.pk for voter, _ in votes):
+        raise DecisionRefused(
+            "already_decided",
+            "you have already approved this undo: a second, different person must approve",
+        )
+    return votes
+
+
+def _void_changed(approval: Approval) -> DecisionRefused:
+    """Void the approval whose plan changed since it was asked for; the refusal to raise
+    once the transaction has committed (the void must stay)."""
+    approval.status, approval.decided_at = Status.VOID, timezone.now()
+    approval.decided_reason = "what will run changed after approval was asked for"
+    approval.save(update_fields=["status", "decided_at", "decided_reason"])
+    return DecisionRefused(
+        "void", "what will run changed since this approval was asked for: it is void"
+    )
+
+
+def _vote(
+    approval: Approval,
+    user: User,
+    decision: str,
+    reason: str,
+    *,
+    votes: list[tuple[int, str]],
+    via: str,
+) -> int:
+    """Cast the vote, settle the approval if it decides it, audit it; the approve votes."""
+    saga, step = approval.saga, approval.step
+    ApprovalVote.objects.create(approval=approval, user=user, decision=decision, reason=reason)
+    votes.append((user.pk, decision))
+    approved = sum(1 for _, d in votes if d == ApprovalVote.Decision.APPROVE)
+    _settle(approval, decision, reason, approved)
+    audit.record(
+        user=user,
+        action=f"approval.{decision}",
+        saga=saga,
+        step=step,
+        reason=reason,
+        from_state=Status.PENDING,
+        to_state=approval.status,
+        data={"approval": approval.pk, "votes": len(votes), "via": via},
+    )
+    return approved
 
 
 def _settle(approval: Approval, decision: str, reason: str, approvals: int) -> None:
@@ -370,7 +419,7 @@ def approvals_current(step_pks: Iterable[int]) -> dict[int, Approval]:
     return current
 
 
-def approval_void(approval_pk: int, *, reason: str, user: Any = None) -> bool:
+def approval_void(approval_pk: int, *, reason: str, user: User | None = None) -> bool:
     """Void a PENDING approval (its undo will not run on it), audited; False if not pending.
 
     Runs inside the caller's transaction when there is one (with the change that made the
@@ -427,7 +476,7 @@ def approvals_void_settled(saga_pk: int | None = None) -> int:
 
 
 def approvals_decide_many(
-    *, approval_ids: Iterable[int], user: Any, decision: str, reason: str
+    *, approval_ids: Iterable[int], user: User, decision: str, reason: str
 ) -> list[tuple[int, Outcome | DecisionRefused]]:
     """Bulk approve or reject with one reason; each item decided (or refused) on its own."""
     results: list[tuple[int, Outcome | DecisionRefused]] = []

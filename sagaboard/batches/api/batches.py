@@ -56,7 +56,7 @@ class BatchItemOut(Out):
 
 class BatchJobOut(Out):
     id: int
-    action: Literal["retry", "resolve", "leave", "approve", "reject"]
+    action: BatchJob.Action  # type: ignore[valid-type]
     state: Literal["queued", "running", "cancelling", "finishing", "cancelled", "finished"]
     outcomes_known: bool
     """Every undo the job started has ended (``state`` finished or cancelled)."""

@@ -50,18 +50,14 @@ from sagaboard.engine.reads import rollback_outcomes
 from sagaboard.infra import jobs
 from sagaboard.models import Approval, BatchItem, BatchJob, Project, Step
 from sagaboard.search.reads import saga_search
-from undo_core import default_owner, local_owner_dead
+from undo_core import APPROVAL_DECISIONS, STEP_ACTIONS, default_owner, local_owner_dead
 
 State = BatchJob.State
 ACTIONS = {
-    "retry": "sagaboard.retry_compensation",
-    "resolve": "sagaboard.resolve_step",
-    "leave": "sagaboard.resolve_step",
-    "approve": "sagaboard.decide_approval",
-    "reject": "sagaboard.decide_approval",
+    **operator_actions.PERMISSION,
+    **dict.fromkeys(APPROVAL_DECISIONS, approvals.DECIDE_PERMISSION),
 }
 """Each batch action and the permission the single action needs (checked again per item)."""
-STEP_ACTIONS = ("retry", "resolve", "leave")
 MAX_ITEMS = 50_000
 """The most items one job may hold: a filter matching more must be narrowed."""
 SAMPLE = 10

@@ -47,7 +47,7 @@ from django.utils import timezone
 
 from sagaboard.infra.signatures import sign
 from sagaboard.models import Saga, Step
-from undo_core import UndoContext, local_owner_dead
+from undo_core import UndoContext, UndoKind, local_owner_dead
 
 Handler = Callable[..., Any]
 _HANDLERS: dict[str, Handler] = {}
@@ -167,7 +167,7 @@ def undo_check(driver: str, undo: Mapping[str, Any] | None) -> UndoCheck:
     return UndoCheck(False, f"no undo of kind {kind!r} exists", "undo.kind")
 
 
-SAGABOARD_KINDS = frozenset({"handler", "webhook", "command"})
+SAGABOARD_KINDS = frozenset({UndoKind.HANDLER, UndoKind.WEBHOOK, UndoKind.COMMAND})
 """The undo kinds sagaboard's workers run themselves."""
 
 
