@@ -58,7 +58,7 @@ from django.utils.http import is_same_domain
 
 from sagaboard.access.reads import visible
 from sagaboard.live.relay import project_group
-from sagaboard.models import Project
+from sagaboard.models import Project, User
 
 log = logging.getLogger("sagaboard.live.access")
 
@@ -183,7 +183,7 @@ class OriginCheck:
 class Access:
     """What an open socket's session may see at the moment it was checked."""
 
-    user: Any | None
+    user: User | None
     """The logged-in user, or None: the session is over (close with 4401)."""
     projects: frozenset[int]
     """The projects the user may read sagas of (``visible.projects_for_user``)."""
@@ -228,7 +228,7 @@ def _users(claims: set[tuple[str, Any]]) -> dict[tuple[str, Any], Any]:
     return found
 
 
-def _hash_verified(user: Any, claimed: str | None) -> bool:
+def _hash_verified(user: User, claimed: str | None) -> bool:
     """The session's auth hash is the user's (or made with a fallback secret): as Django's
     ``get_user`` decides, without its side effects (it flushes or re-keys the session,
     which a check must never do)."""
@@ -303,7 +303,7 @@ def _message(**extra: str) -> dict[str, Any]:
     return {"type": ACCESS_CHANGED, "id": uuid.uuid4().hex, **extra}
 
 
-def on_logged_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+def on_logged_out(sender: Any, request: Any, user: User | None, **kwargs: Any) -> None:
     """Logout: the sockets of that session close at once (4401); the user's others re-check."""
     key = getattr(getattr(request, "session", None), "session_key", None)
     if user is None or not key:

@@ -43,7 +43,7 @@ from sagaboard.live.access import (
     user_group,
 )
 from sagaboard.live.relay import project_group, recheck, relay
-from sagaboard.models import OPERATOR_STATES, Event, Saga
+from sagaboard.models import OPERATOR_STATES, Event, Saga, Viewer
 
 log = logging.getLogger("sagaboard.live.consumers")
 
@@ -414,7 +414,7 @@ _ATTENTION_STATES = frozenset(OPERATOR_STATES)
 
 
 @database_sync_to_async
-def _render_attention(user: Any, log_id: int) -> str:
+def _render_attention(user: Viewer, log_id: int) -> str:
     event = Event.objects.filter(pk=log_id).values("kind", "from_state", "to_state").first()
     if event is None:
         return ""

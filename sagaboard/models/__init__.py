@@ -4,7 +4,7 @@ One module per aggregate (``projects``, ``sagas``, ``approvals``, ``records``), 
 one app ``sagaboard``; import them from here. Agent-supplied values (inputs, outputs,
 metadata, declarative state) are kept as JSON *text* (``fields.JSONTextField``): it
 round-trips any JSON exactly on every database (PostgreSQL's jsonb would reject
-``\\u0000`` and reorder keys).
+``\\u0000`` and reorder keys). ``User`` and ``Viewer`` (``users``) type who acts.
 """
 
 from sagaboard.models.approvals import Approval, ApprovalPolicy, ApprovalVote
@@ -25,6 +25,7 @@ from sagaboard.models.records import AuditChain, AuditEntry, Heartbeat, Notifica
 from sagaboard.models.sagas import OPERATOR_STATES, CompensationAttempt, Event, Saga, Step
 from sagaboard.models.saved_views import SavedView
 from sagaboard.models.tool_health import ToolRollup, ToolRollupCursor, ToolRollupMark
+from sagaboard.models.users import User, Viewer
 
 __all__ = [
     "NOTE_MAX",
@@ -60,6 +61,8 @@ __all__ = [
     "ToolRollup",
     "ToolRollupCursor",
     "ToolRollupMark",
+    "User",
+    "Viewer",
     "VoteDecision",
     "one_of",
 ]

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Prefetch, Q, QuerySet
 
 from sagaboard.infra.limits import BIGINT
-from sagaboard.models import Approval, CompensationAttempt, Event, Project, Saga, Step
+from sagaboard.models import Approval, CompensationAttempt, Event, Project, Saga, Step, Viewer
 from sagaboard.search.reads import saga_search
 
 BadCursor = saga_search.BadCursor
@@ -33,7 +33,7 @@ def saga_get_for_project(*, project: Project, saga_id: str) -> Saga | None:
     )
 
 
-def saga_for_user(user: Any, saga_pk: int, *, lock: bool = False) -> Saga | None:
+def saga_for_user(user: Viewer, saga_pk: int, *, lock: bool = False) -> Saga | None:
     """The saga if ``user`` may see it (None otherwise: never whose it is); ``lock``: for
     update, in the caller's transaction."""
     sagas = Saga.objects.select_related("project").filter(
@@ -47,7 +47,7 @@ def encode_cursor(saga: Saga, search: saga_search.SagaFilter | None = None) -> s
     return saga_search.encode_cursor(saga, search)
 
 
-def projects_for_user(user: Any) -> list[Project]:
+def projects_for_user(user: Viewer) -> list[Project]:
     """The projects a dashboard user may see: their own, or all for a superuser.
 
     Membership says which projects; a role (the ``viewer`` group or above) says
@@ -56,7 +56,7 @@ def projects_for_user(user: Any) -> list[Project]:
     return list(projects_visible(user).order_by("slug"))
 
 
-def projects_visible(user: Any) -> QuerySet[Project]:
+def projects_visible(user: Viewer) -> QuerySet[Project]:
     """``projects_for_user`` not yet run: to filter by in the caller's own query."""
     if not user.is_authenticated or not user.has_perm("sagaboard.view_saga"):
         return Project.objects.none()
@@ -126,7 +126,7 @@ def saga_list(
     outcome: str | None = None,
     waiting: bool = False,
     search: saga_search.SagaFilter | None = None,
-    viewer: Any = None,
+    viewer: Viewer | None = None,
 ) -> tuple[list[Saga], str | None]:
     """Sagas of ``projects``, one keyset page; ``BadCursor`` for a forged cursor.
 

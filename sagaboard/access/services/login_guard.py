@@ -28,7 +28,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from sagaboard.infra.rate_limits import Rate, client_ip, hit, parse_rate, reset, wait_seconds
-from sagaboard.models import AuditEntry
+from sagaboard.models import AuditEntry, User
 
 LOGIN_VIEWS = frozenset({"login", "admin:login"})
 USERNAME_MAX = 150  # Django's own limit; anything longer is cut before it is recorded
@@ -86,7 +86,7 @@ def login_failed(sender: Any, credentials: dict[str, Any], request: Any = None, 
         )
 
 
-def login_succeeded(sender: Any, request: Any = None, user: Any = None, **_: Any) -> None:
+def login_succeeded(sender: Any, request: Any = None, user: User | None = None, **_: Any) -> None:
     """``user_logged_in`` receiver: a person who got in starts again from zero mistakes.
 
     Only the username+IP count: the per-IP count stays, or an attacker with one

@@ -34,7 +34,7 @@ from sagaboard.access.reads import visible
 from sagaboard.approvals.services.approvals import DecisionRefused
 from sagaboard.audit.services import audit
 from sagaboard.infra import jobs
-from sagaboard.models import Project, Saga
+from sagaboard.models import Project, Saga, User
 from sagaboard.notify.services import notifications
 from undo_core import SagaStatus
 
@@ -44,7 +44,7 @@ MAX_ANSWERED = 500
 """At most this many requests in one answer to an agent (a project with more is broken)."""
 
 
-def rollback_request(*, saga_pk: int, user: Any, reason: str) -> Saga:
+def rollback_request(*, saga_pk: int, user: User, reason: str) -> Saga:
     """Ask for the rollback of a running saga; ``DecisionRefused`` (nothing changed) if not.
 
     Refused: no ``request_rollback`` permission (403), a saga outside the person's

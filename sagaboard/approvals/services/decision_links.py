@@ -16,14 +16,14 @@ taken; a refused one leaves it as it was.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from django.db import transaction
 from django.utils import timezone
 
 from sagaboard.approvals.services import approvals
 from sagaboard.errors import ServiceError
-from sagaboard.models import DecisionLink
+from sagaboard.models import DecisionLink, User
 from sagaboard.notify.services.link_tokens import token_hash, token_read
 
 
@@ -36,7 +36,7 @@ class LinkRefused(ServiceError):
         super().__init__(self.STATUS[code], code, message)
 
 
-def link_check(*, token: str, user: Any, lock: bool = False) -> DecisionLink:
+def link_check(*, token: str, user: User, lock: bool = False) -> DecisionLink:
     """The link ``token`` names, if ``user`` may use it now; ``LinkRefused`` says why not."""
     signed = token_read(token)
     if signed is None:
@@ -66,7 +66,7 @@ def link_check(*, token: str, user: Any, lock: bool = False) -> DecisionLink:
     return link
 
 
-def link_decide(*, token: str, user: Any, decision: str, reason: str) -> approvals.Outcome:
+def link_decide(*, token: str, user: User, decision: str, reason: str) -> approvals.Outcome:
     """Decide the link's approval as ``user``, then spend the link (one transaction).
 
     The link row is locked first, so the same link posted twice at once decides once.

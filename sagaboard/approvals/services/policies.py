@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from sagaboard.approvals.services import conditions
 from sagaboard.audit.services import audit
-from sagaboard.models import ApprovalPolicy, AuditEntry, Project
+from sagaboard.models import ApprovalPolicy, AuditEntry, Project, User
 
 MAX_TIMEOUT = 30 * 24 * 3600
 
@@ -57,7 +57,7 @@ def _clean(data: Any) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def policy_save(
-    *, project: Project, data: Any, user: Any, policy: ApprovalPolicy | None = None
+    *, project: Project, data: Any, user: User, policy: ApprovalPolicy | None = None
 ) -> ApprovalPolicy:
     """Create or edit a policy; an edit bumps its version (approvals keep theirs)."""
     if not user.has_perm("sagaboard.manage_policies"):

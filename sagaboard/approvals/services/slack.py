@@ -39,7 +39,7 @@ from sagaboard.approvals.services import approvals
 from sagaboard.errors import ServiceError
 from sagaboard.infra import json_body, text_policy
 from sagaboard.infra.limits import BIGINT
-from sagaboard.models import Approval, SlackIdentity, SlackRequest
+from sagaboard.models import Approval, SlackIdentity, SlackRequest, User
 from sagaboard.notify.services import notifications
 
 WINDOW_SECONDS = 300
@@ -185,7 +185,7 @@ def interaction_handle(payload: dict[str, Any]) -> Answer:
     return answer
 
 
-def _decide(user: Any, click: Click) -> Answer:
+def _decide(user: User, click: Click) -> Answer:
     decision = click.decision
     done = "approved" if decision == "approve" else "rejected"
     reason = f"{done} from Slack by @{click.handle}"

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from sagaboard.models import AuditEntry, Event, Project, Saga, Step
+from sagaboard.models import AuditEntry, Event, Project, Saga, Step, User, Viewer
 
 _OPERATION: ContextVar[dict[str, Any] | None] = ContextVar(
     "sagaboard_audit_operation", default=None
@@ -33,14 +33,14 @@ def operation(**data: Any) -> Iterator[None]:
         _OPERATION.reset(token)
 
 
-def actor_of(user: Any) -> str:
+def actor_of(user: Viewer | None) -> str:
     """How a person is named in records: ``user:<username>``."""
     return f"user:{user.get_username()}" if user is not None and user.pk else "system"
 
 
 def record(
     *,
-    user: Any,
+    user: User | None,
     action: str,
     saga: Saga,
     step: Step | None = None,
@@ -83,7 +83,7 @@ def record(
 
 
 def export_recorded(
-    *, user: Any, projects: Sequence[Project], what: str, data: dict[str, Any]
+    *, user: User, projects: Sequence[Project], what: str, data: dict[str, Any]
 ) -> list[AuditEntry]:
     """Who exported which sagas (the filter, the format), when: one entry per project
     exported, so each project's admins see it on their audit page."""

@@ -9,10 +9,10 @@ from django.urls import reverse
 from sagaboard.collab.reads import notes
 from sagaboard.collab.services import ownership
 from sagaboard.collab.services.notes import PERMISSION
-from sagaboard.models import Saga
+from sagaboard.models import Saga, User
 
 
-def collaboration(saga: Saga, user: Any) -> dict[str, Any]:
+def collaboration(saga: Saga, user: User) -> dict[str, Any]:
     """The saga page's owner and notes, for the person looking (not in the live fragment:
     which notes one may edit differs from person to person)."""
     may = user.has_perm(PERMISSION)

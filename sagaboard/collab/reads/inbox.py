@@ -10,13 +10,12 @@ open sagas they own.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.db.models import Q, QuerySet
 
 from sagaboard.access.reads import visible
 from sagaboard.engine.reads import rollback_outcomes
-from sagaboard.models import Approval, ApprovalStatus, Saga, Step
+from sagaboard.models import Approval, ApprovalStatus, Saga, Step, User
 from undo_core import SagaStatus
 
 CAP = 99
@@ -37,7 +36,7 @@ class Counts:
         return self.approvals + self.failures + self.assigned
 
 
-def _approvals(user: Any) -> QuerySet[Approval]:
+def _approvals(user: User) -> QuerySet[Approval]:
     if not user.has_perm("sagaboard.decide_approval"):
         return Approval.objects.none()
     # Not those of sagas posted with a token the person made: four eyes refuses their vote.
@@ -50,7 +49,7 @@ def _approvals(user: Any) -> QuerySet[Approval]:
     )
 
 
-def _failures(user: Any) -> QuerySet[Step]:
+def _failures(user: User) -> QuerySet[Step]:
     if not user.has_perm("sagaboard.retry_compensation"):
         return Step.objects.none()
     return Step.objects.filter(
@@ -58,14 +57,14 @@ def _failures(user: Any) -> QuerySet[Step]:
     )
 
 
-def _assigned(user: Any) -> QuerySet[Saga]:
+def _assigned(user: User) -> QuerySet[Saga]:
     """Sagas the person owns that are not at rest: running, failed, or waiting for someone."""
     return Saga.objects.filter(owner=user, project__in=visible.projects_visible(user)).filter(
         ~Q(status__in=SETTLED) | Q(waiting_for__isnull=False)
     )
 
 
-def counts(user: Any) -> Counts:
+def counts(user: User) -> Counts:
     """The badges: each kind counted up to ``CAP`` + 1 (three queries)."""
     if not user.is_authenticated:
         return Counts(0, 0, 0)
@@ -76,7 +75,7 @@ def counts(user: Any) -> Counts:
     )
 
 
-def _stops_overdue(user: Any) -> QuerySet[Saga]:
+def _stops_overdue(user: User) -> QuerySet[Saga]:
     """Rollback requests of running sagas that their agents have not carried out in time
     (``actions.services.saga_stop.requests_overdue``): an operator must find out why."""
     if not user.has_perm("sagaboard.request_rollback"):
@@ -97,7 +96,7 @@ class Items:
     stops_overdue: list[Saga] = field(default_factory=list)
 
 
-def items(user: Any) -> Items:
+def items(user: User) -> Items:
     """The inbox: each kind oldest first (what has waited longest on top)."""
     return Items(
         approvals=list(

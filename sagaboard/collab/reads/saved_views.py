@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from django.db.models import Q
 
-from sagaboard.models import Project, SavedView
+from sagaboard.models import Project, SavedView, User
 
 
-def for_user(user: Any, projects: Sequence[Project]) -> list[SavedView]:
+def for_user(user: User, projects: Sequence[Project]) -> list[SavedView]:
     """``user``'s saved views, then the views others shared in one of ``projects`` (the
     user's visible ones): one query. A shared view names its project; one for "all my
     projects" stays its owner's."""
@@ -21,5 +20,5 @@ def for_user(user: Any, projects: Sequence[Project]) -> list[SavedView]:
     return sorted(views, key=lambda v: (v.user_id != user.pk, v.name.lower(), v.pk))
 
 
-def get_own(user: Any, pk: int) -> SavedView | None:
+def get_own(user: User, pk: int) -> SavedView | None:
     return SavedView.objects.filter(user=user, pk=pk).first()

@@ -8,8 +8,6 @@ a note that should not be there must be removable). Each write is audited (``not
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
 from django.utils import timezone
 
@@ -17,7 +15,7 @@ from sagaboard.access.reads import visible
 from sagaboard.approvals.services.approvals import DecisionRefused
 from sagaboard.audit.services import audit
 from sagaboard.infra import text_policy
-from sagaboard.models import NOTE_MAX, Note, NoteRevision, Step
+from sagaboard.models import NOTE_MAX, Note, NoteRevision, Step, User
 
 PERMISSION = "sagaboard.collaborate"
 
@@ -34,12 +32,12 @@ def _checked_body(body: str) -> str:
     return body
 
 
-def _may_write(user: Any) -> None:
+def _may_write(user: User) -> None:
     if not user.has_perm(PERMISSION):
         raise DecisionRefused("forbidden", "notes need the operator or approver role")
 
 
-def note_add(*, user: Any, saga_pk: int, body: str, step_id: str | None = None) -> Note:
+def note_add(*, user: User, saga_pk: int, body: str, step_id: str | None = None) -> Note:
     """A new note on a saga (or, with ``step_id``, on one of its steps)."""
     _may_write(user)
     body = _checked_body(body)
@@ -63,7 +61,7 @@ def note_add(*, user: Any, saga_pk: int, body: str, step_id: str | None = None) 
     return note
 
 
-def note_edit(*, user: Any, note_pk: int, body: str) -> Note:
+def note_edit(*, user: User, note_pk: int, body: str) -> Note:
     """The note's new text; the one it replaces becomes a revision. Authors only."""
     _may_write(user)
     body = _checked_body(body)
@@ -88,7 +86,7 @@ def note_edit(*, user: Any, note_pk: int, body: str) -> Note:
     return note
 
 
-def note_delete(*, user: Any, note_pk: int, reason: str = "") -> Note:
+def note_delete(*, user: User, note_pk: int, reason: str = "") -> Note:
     """Take a note off the saga (its text and history stay for the audit trail)."""
     _may_write(user)
     with transaction.atomic():
@@ -104,7 +102,7 @@ def note_delete(*, user: Any, note_pk: int, reason: str = "") -> Note:
     return note
 
 
-def _note_for(user: Any, note_pk: int, *, lock: bool = False) -> Note:
+def _note_for(user: User, note_pk: int, *, lock: bool = False) -> Note:
     """A live note on a saga the user may see; ``not_found`` otherwise (never whose it is)."""
     notes = Note.objects.select_related("saga__project", "step").filter(
         pk=note_pk, deleted_at__isnull=True, project__in=visible.projects_visible(user)

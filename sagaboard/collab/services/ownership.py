@@ -19,7 +19,7 @@ from sagaboard.access.reads import visible
 from sagaboard.approvals.services.approvals import DecisionRefused
 from sagaboard.audit.services import audit
 from sagaboard.collab.services.notes import PERMISSION
-from sagaboard.models import OPERATOR_STATES, Project, Saga, Step
+from sagaboard.models import OPERATOR_STATES, Project, Saga, Step, User
 
 
 def owner_candidates(project: Project) -> QuerySet[Any]:
@@ -36,7 +36,7 @@ def owner_candidates(project: Project) -> QuerySet[Any]:
     )
 
 
-def saga_assign(*, user: Any, saga_pk: int, assignee: str, reason: str = "") -> Saga:
+def saga_assign(*, user: User, saga_pk: int, assignee: str, reason: str = "") -> Saga:
     """Make ``assignee`` (a username; "" for nobody) the saga's owner."""
     if not user.has_perm(PERMISSION):
         raise DecisionRefused("forbidden", "assigning needs the operator or approver role")
@@ -70,7 +70,7 @@ def saga_assign(*, user: Any, saga_pk: int, assignee: str, reason: str = "") -> 
     return saga
 
 
-def step_acknowledge(*, user: Any, step_pk: int) -> Step:
+def step_acknowledge(*, user: User, step_pk: int) -> Step:
     """Mark the failure a step shows now as seen by ``user`` (a failed or in-doubt undo)."""
     if not user.has_perm(PERMISSION):
         raise DecisionRefused("forbidden", "acknowledging needs the operator or approver role")

@@ -11,14 +11,14 @@ from django.http import QueryDict
 
 from sagaboard.audit.services.audit import actor_of
 from sagaboard.errors import ServiceError
-from sagaboard.models import AuditEntry, Project, SavedView
+from sagaboard.models import AuditEntry, Project, SavedView, User
 from sagaboard.search.reads import saga_search
 
 MAX_VIEWS = 100
 
 
 def save(
-    *, user: Any, name: str, query: str, shared: bool, projects: Sequence[Project]
+    *, user: User, name: str, query: str, shared: bool, projects: Sequence[Project]
 ) -> SavedView:
     """Save (or replace, by name) ``user``'s view of the list filtered by ``query``.
 
@@ -50,14 +50,14 @@ def save(
     return view
 
 
-def delete(*, user: Any, view: SavedView) -> None:
+def delete(*, user: User, view: SavedView) -> None:
     """Delete one of ``user``'s own views (the caller found it among theirs)."""
     with transaction.atomic():
         _audit(user, "view.delete", view, {"query": view.query})
         view.delete()
 
 
-def _audit(user: Any, action: str, view: SavedView, data: dict[str, Any]) -> None:
+def _audit(user: User, action: str, view: SavedView, data: dict[str, Any]) -> None:
     AuditEntry.objects.create(
         project=view.project,
         user=user,

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sagaboard.models import Project, Saga, Step
+from sagaboard.models import Project, Saga, Step, Viewer
 from sagaboard.search.reads import saga_search
 
 CHUNK = 500
@@ -59,7 +59,7 @@ def export_rows(
     *,
     steps: bool = False,
     chunk: int = CHUNK,
-    viewer: Any = None,
+    viewer: Viewer | None = None,
 ) -> Iterator[ExportRow]:
     """Every saga the filter selects in ``projects``, in its order, chunk by chunk
     (``viewer``: whom "owner: me" means)."""

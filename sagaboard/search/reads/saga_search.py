@@ -51,7 +51,7 @@ from django.utils import timezone
 
 from sagaboard.infra import text_policy
 from sagaboard.infra.limits import BIGINT
-from sagaboard.models import ApiToken, Note, Project, Saga, Step
+from sagaboard.models import ApiToken, Note, Project, Saga, Step, Viewer
 from undo_core import RollbackOutcome, SagaStatus
 
 WITH_EXCEPTIONS = "WITH_EXCEPTIONS"
@@ -356,7 +356,9 @@ def _json_value(name: str, text: str) -> Any:
 # ---------------------------------------------------------------- SQL
 
 
-def select(search: SagaFilter, projects: list[Project], *, viewer: Any = None) -> QuerySet[Saga]:
+def select(
+    search: SagaFilter, projects: list[Project], *, viewer: Viewer | None = None
+) -> QuerySet[Saga]:
     """The sagas ``search`` selects among ``projects`` (the caller's visible ones), in its
     sort order (id breaking ties): what a list page, or an export, reads from. ``viewer``
     is who "owner: me" means (nobody's sagas without one)."""
@@ -375,7 +377,9 @@ def select(search: SagaFilter, projects: list[Project], *, viewer: Any = None) -
     return apply(qs, search, viewer=viewer).order_by(f"{sign}{column}", f"{sign}id")
 
 
-def apply(qs: QuerySet[Saga], search: SagaFilter, *, viewer: Any = None) -> QuerySet[Saga]:
+def apply(
+    qs: QuerySet[Saga], search: SagaFilter, *, viewer: Viewer | None = None
+) -> QuerySet[Saga]:
     """``qs`` narrowed to what ``search`` selects, but for its ``project`` (``select``)."""
     scope = qs  # the caller's projects, before any filter: what a prefix probe counts in
     if search.statuses:
@@ -692,7 +696,7 @@ def page(
     *,
     cursor: str | None,
     limit: int,
-    viewer: Any = None,
+    viewer: Viewer | None = None,
 ) -> tuple[list[Saga], str | None]:
     """One keyset page of ``select`` after ``cursor``; the cursor of the next (or None).
 
