@@ -9,8 +9,9 @@ A saga is made of three parts, each in its own module:
   generators of effects;
 * its driver (``saga.py``): performs the effects, plainly or with ``await``.
 
-This class checks what it is given, answers the public reads, offers the manual
-flow (steps registered here, run elsewhere) and the hooks other modules build on:
+This class checks what it is given, answers the public reads (from its base,
+:class:`SagaReads`), offers the manual flow (steps registered here, run elsewhere)
+and the hooks other modules build on:
 :meth:`restore` (recovery), :meth:`declare` and ``execute(step_id=...)``
 (declarative sagas).
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Self
 
 from .. import tracing
@@ -53,90 +54,15 @@ def _tool_map(tools: Mapping[str, Tool] | Iterable[Tool]) -> dict[str, Tool]:
     return {t.name: t for t in tools}
 
 
-class SagaCore:
-    """State, checks and the manual flow shared by :class:`Saga` and :class:`AsyncSaga`."""
+class SagaReads:
+    """What anyone may read of a saga: its record, its steps, how a rollback stands.
 
-    _async = False
+    The read half of :class:`SagaCore`'s face, kept apart so the class that drives a saga
+    stays small; it holds nothing of its own (the ledger and the flows are the saga's).
+    """
 
-    def __init__(
-        self,
-        name: str | None = None,
-        *,
-        auto_rollback_on_failure: bool = True,
-        on_compensation_failure: CompensationFailureMode = "continue",
-        store: SagaStore | None = None,
-        gate: ApprovalGate | AsyncApprovalGate | None = None,
-        approval_policy: ApprovalPolicy | None = None,
-        listeners: Iterable[Listener] = (),
-        clock: Clock | None = None,
-        saga_id: str | None = None,
-        owner: str | None = None,
-        lease_seconds: float = 300.0,
-        actor: str | None = None,
-    ) -> None:
-        if on_compensation_failure not in ("continue", "halt"):
-            raise ValueError(
-                "on_compensation_failure must be 'continue' or 'halt', "
-                f"got {on_compensation_failure!r}"
-            )
-        if name is not None and (not isinstance(name, str) or not name.strip()):
-            raise ValueError("saga name must be a non-empty string or None")
-        if store is not None and not (
-            callable(getattr(store, "apply", None))
-            and callable(getattr(store, "load", None))
-            and callable(getattr(store, "acquire_lease", None))
-        ):
-            raise TypeError(f"store must implement SagaStore, got {type(store).__name__}")
-        if approval_policy is not None and not callable(approval_policy):
-            raise TypeError("approval_policy must be callable (step snapshot -> bool)")
-        questions = _AUTO_APPROVE
-        if gate is not None:  # the default gate suits every saga
-            questions = GateQuestions.of(gate)
-            self._check_gate(questions)
-        clock = clock or SystemClock()
-        now = clock.now()
-        owner = owner or default_owner()
-        lease = timedelta(seconds=lease_seconds)
-        record = SagaRecord(
-            id=saga_id or str(uuid.uuid4()),
-            name=name or f"saga-{int(now.timestamp() * 1000)}",
-            status=SagaStatus.IN_PROGRESS,
-            created_at=now,
-            updated_at=now,
-            options={
-                "on_compensation_failure": on_compensation_failure,
-                "auto_rollback_on_failure": auto_rollback_on_failure,
-                "kind": SagaKind.IMPERATIVE,
-            },
-            lease_owner=owner,
-            lease_expires_at=now + lease,
-        )
-        self._ledger = Ledger(
-            record,
-            store=store if store is not None else MemoryStore(),
-            clock=clock,
-            owner=owner,
-            lease=lease,
-            listeners=list(listeners),
-            actor=actor,
-        )
-        self._flows = Flows(
-            self._ledger,
-            questions,
-            auto_rollback_on_failure=auto_rollback_on_failure,
-            on_compensation_failure=on_compensation_failure,
-            approval_policy=approval_policy,
-            runs_async=self._async,
-        )
-        trace = tracing.saga_trace(record.id, record.name)
-        if trace is not None:
-            self._flows.trace = trace
-            self._ledger.listeners.append(trace.on_event)
-
-    def _check_gate(self, gate: GateQuestions) -> None:
-        """Refuse a gate this kind of saga cannot ask (:class:`Saga` refuses async ones)."""
-
-    # ------------------------------------------------------------ public reads
+    _ledger: Ledger
+    _flows: Flows
 
     @property
     def id(self) -> str:
@@ -164,24 +90,6 @@ class SagaCore:
     def store(self) -> SagaStore:
         return self._ledger.store
 
-    @property
-    def auto_rollback_on_failure(self) -> bool:
-        """A failed step rolls the saga back (else the saga becomes FAILED)."""
-        return self._flows.auto_rollback_on_failure
-
-    @auto_rollback_on_failure.setter
-    def auto_rollback_on_failure(self, value: bool) -> None:
-        self._flows.auto_rollback_on_failure = value
-
-    @property
-    def on_compensation_failure(self) -> CompensationFailureMode:
-        """After a failed undo: ``"continue"`` with older steps, or ``"halt"`` and ask the gate."""
-        return self._flows.on_compensation_failure
-
-    @on_compensation_failure.setter
-    def on_compensation_failure(self, value: CompensationFailureMode) -> None:
-        self._flows.on_compensation_failure = value
-
     def step(self, step_id: str) -> StepSnapshot:
         """One step's snapshot; :class:`StepNotFoundError` if unknown."""
         return self._ledger.get(step_id).snapshot()
@@ -208,6 +116,94 @@ class SagaCore:
     def __repr__(self) -> str:
         kind = type(self).__name__
         return f"<{kind} {self.name!r} {self.id} {self.status} steps={len(self._ledger.steps)}>"
+
+
+class SagaCore(SagaReads):
+    """State, checks and the manual flow shared by :class:`Saga` and :class:`AsyncSaga`."""
+
+    _async = False
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        auto_rollback_on_failure: bool = True,
+        on_compensation_failure: CompensationFailureMode = "continue",
+        store: SagaStore | None = None,
+        gate: ApprovalGate | AsyncApprovalGate | None = None,
+        approval_policy: ApprovalPolicy | None = None,
+        listeners: Iterable[Listener] = (),
+        clock: Clock | None = None,
+        saga_id: str | None = None,
+        owner: str | None = None,
+        lease_seconds: float = 300.0,
+        actor: str | None = None,
+    ) -> None:
+        _check_arguments(name, on_compensation_failure, store, approval_policy)
+        questions = _AUTO_APPROVE
+        if gate is not None:  # the default gate suits every saga
+            questions = GateQuestions.of(gate)
+            self._check_gate(questions)
+        clock = clock or SystemClock()
+        now = clock.now()
+        owner = owner or default_owner()
+        lease = timedelta(seconds=lease_seconds)
+        record = _new_record(
+            saga_id or str(uuid.uuid4()),
+            name or f"saga-{int(now.timestamp() * 1000)}",
+            now,
+            options={
+                "on_compensation_failure": on_compensation_failure,
+                "auto_rollback_on_failure": auto_rollback_on_failure,
+                "kind": SagaKind.IMPERATIVE,
+            },
+            owner=owner,
+            lease=lease,
+        )
+        self._ledger = Ledger(
+            record,
+            store=store if store is not None else MemoryStore(),
+            clock=clock,
+            owner=owner,
+            lease=lease,
+            listeners=list(listeners),
+            actor=actor,
+        )
+        self._flows = Flows(
+            self._ledger,
+            questions,
+            auto_rollback_on_failure=auto_rollback_on_failure,
+            on_compensation_failure=on_compensation_failure,
+            approval_policy=approval_policy,
+            runs_async=self._async,
+        )
+        trace = tracing.saga_trace(record.id, record.name)
+        if trace is not None:
+            self._flows.trace = trace
+            self._ledger.listeners.append(trace.on_event)
+
+    def _check_gate(self, gate: GateQuestions) -> None:
+        """Refuse a gate this kind of saga cannot ask (:class:`Saga` refuses async ones)."""
+
+    # ------------------------------------------------------------ settings
+
+    @property
+    def auto_rollback_on_failure(self) -> bool:
+        """A failed step rolls the saga back (else the saga becomes FAILED)."""
+        return self._flows.auto_rollback_on_failure
+
+    @auto_rollback_on_failure.setter
+    def auto_rollback_on_failure(self, value: bool) -> None:
+        self._flows.auto_rollback_on_failure = value
+
+    @property
+    def on_compensation_failure(self) -> CompensationFailureMode:
+        """After a failed undo: ``"continue"`` with older steps, or ``"halt"`` and ask the gate."""
+        return self._flows.on_compensation_failure
+
+    @on_compensation_failure.setter
+    def on_compensation_failure(self, value: CompensationFailureMode) -> None:
+        self._flows.on_compensation_failure = value
 
     # ------------------------------------------------------------ manual flow
 
@@ -334,3 +330,48 @@ class SagaCore:
         )
         saga._ledger.load(snapshot, _tool_map(tools))
         return saga
+
+
+def _check_arguments(
+    name: str | None,
+    on_compensation_failure: str,
+    store: SagaStore | None,
+    approval_policy: ApprovalPolicy | None,
+) -> None:
+    """Refuse a bad constructor argument at once, not at the first step that would use it."""
+    if on_compensation_failure not in ("continue", "halt"):
+        raise ValueError(
+            f"on_compensation_failure must be 'continue' or 'halt', got {on_compensation_failure!r}"
+        )
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise ValueError("saga name must be a non-empty string or None")
+    if store is not None and not (
+        callable(getattr(store, "apply", None))
+        and callable(getattr(store, "load", None))
+        and callable(getattr(store, "acquire_lease", None))
+    ):
+        raise TypeError(f"store must implement SagaStore, got {type(store).__name__}")
+    if approval_policy is not None and not callable(approval_policy):
+        raise TypeError("approval_policy must be callable (step snapshot -> bool)")
+
+
+def _new_record(
+    saga_id: str,
+    name: str,
+    now: datetime,
+    *,
+    options: dict[str, Any],
+    owner: str,
+    lease: timedelta,
+) -> SagaRecord:
+    """A new saga's record: IN_PROGRESS, leased to ``owner`` from ``now``; not yet stored."""
+    return SagaRecord(
+        id=saga_id,
+        name=name,
+        status=SagaStatus.IN_PROGRESS,
+        created_at=now,
+        updated_at=now,
+        options=options,
+        lease_owner=owner,
+        lease_expires_at=now + lease,
+    )

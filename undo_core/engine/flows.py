@@ -40,7 +40,7 @@ from ..vocabulary.gates import (
     FailedCompensation,
     GateQuestions,
 )
-from ..vocabulary.records import AttemptOutcome, CompensationAttempt, StepSnapshot
+from ..vocabulary.records import AttemptOutcome, CompensationAttempt, SagaRecord, StepSnapshot
 from ..vocabulary.states import SETTLED_STEP_STATES, SagaStatus, StepState, check_step_transition
 from ..vocabulary.tools import ExecuteContext, Tool, UndoContext
 from .effects import Ask, Call, Flow, Sleep
@@ -258,16 +258,7 @@ class Flows:
             return (yield from self._after_failure(step, err, SAVED))
         if span is not None:
             span.set_attribute("undo_core.step.id", step.id)
-        if tool.execute_takes_context:
-            context = ExecuteContext(
-                saga_id=ledger.record.id,
-                step_id=step.id,
-                idempotency_key=step.idempotency_key,
-                metadata=dict(step.metadata),
-            )
-            args: tuple[Any, ...] = (input, context)
-        else:
-            args = (input,)
+        args = _execute_args(tool, ledger.record.id, step, input)
         outcome = yield _tuple(
             Call, (tool.execute, args, tool.execute_timeout, tool.execute_what, span)
         )
@@ -409,14 +400,34 @@ class Flows:
             return _PLAIN[CompensationOutcome.LEFT]
         if state is StepState.ROLLBACK_FAILED:
             return (yield from self._handle_failure(step, actor))
+        stop, recorded, why = yield from self._screen_for_approval(step, actor)
+        if stop is None and step.state is StepState.AWAITING_APPROVAL:
+            stop, recorded, actor = yield from self._ask_approval(step, actor, why, recorded)
+        if stop is not None:
+            return stop
+        result = yield from self.run_undo(step, actor)
+        if result.outcome is not CompensationOutcome.ROLLED_BACK:
+            failed = yield from self._handle_failure(step, actor)
+            result = _first(result, failed)
+        return result.with_recorded(recorded)
+
+    def _screen_for_approval(
+        self, step: StepRow, actor: str | None
+    ) -> Flow[tuple[StepResult | None, Recorded, str | None]]:
+        """Before a COMPLETED step's undo: must a person approve it? Then AWAITING_APPROVAL.
+
+        Returns ``(result, recorded, why)``: a ``result`` ends the step's compensation
+        there (the gate could not say, so it waits); ``why`` is the reason to ask.
+        """
         ledger = self.ledger
         recorded = SAVED
         why: str | None = None
-        if state is StepState.COMPLETED:
-            why = self._approval_reason(step)
+        if step.state is StepState.COMPLETED:
+            why = _approval_reason(step, self.approval_policy)
             if why is None and self.gate.approval_needed is not None:
                 asked = yield Ask(
-                    question=self.gate.approval_needed, request=self._request(step, "")
+                    question=self.gate.approval_needed,
+                    request=_approval_request(ledger.record, step, ""),
                 )
                 assert asked is not None
                 if asked.error is not None:
@@ -427,71 +438,63 @@ class Flows:
                         step.id,
                         asked.error,
                     )
-                    return _PLAIN[CompensationOutcome.WAITING]
+                    return _PLAIN[CompensationOutcome.WAITING], recorded, why
                 why = str(asked.value) if asked.value else None
             if why is not None:
                 recorded = ledger.step_to(
                     step, StepState.AWAITING_APPROVAL, actor=actor, detail=why
                 )
-        if step.state is StepState.AWAITING_APPROVAL:
-            why = why or self._approval_reason(step) or "awaiting approval"
-            outcome = yield Ask(
-                question=self.gate.approve_compensation, request=self._request(step, why)
+        return None, recorded, why
+
+    def _ask_approval(
+        self, step: StepRow, actor: str | None, why: str | None, recorded: Recorded
+    ) -> Flow[tuple[StepResult | None, Recorded, str | None]]:
+        """Ask the gate whether an AWAITING_APPROVAL undo may run; approved, it is COMPENSATING.
+
+        Returns ``(result, recorded, actor)``: a ``result`` ends the step's compensation
+        there (rejected, waiting, or the gate failed); else ``actor`` runs the undo.
+        """
+        ledger = self.ledger
+        why = why or _approval_reason(step, self.approval_policy) or "awaiting approval"
+        outcome = yield Ask(
+            question=self.gate.approve_compensation,
+            request=_approval_request(ledger.record, step, why),
+        )
+        assert outcome is not None
+        if outcome.error is not None:
+            log.warning(
+                "approval gate failed for %s/%s: %r", ledger.record.id, step.id, outcome.error
             )
-            assert outcome is not None
-            if outcome.error is not None:
-                log.warning(
-                    "approval gate failed for %s/%s: %r", ledger.record.id, step.id, outcome.error
-                )
-                return _PLAIN[CompensationOutcome.LEFT].with_recorded(recorded)
-            decision = self._decision(
-                outcome.value, DecisionAction.APPROVE, DecisionAction.REJECT, DecisionAction.WAIT
-            )
-            if decision.action is DecisionAction.WAIT:
-                return _PLAIN[CompensationOutcome.WAITING].with_recorded(recorded)
-            if decision.action is DecisionAction.REJECT:
-                recorded = recorded.then(
-                    ledger.step_to(
-                        step,
-                        StepState.REJECTED,
-                        actor=decision.actor,
-                        decision_note=decision.reason,
-                        decided_by=decision.actor,
-                        detail=decision.reason,
-                    )
-                )
-                return _PLAIN[CompensationOutcome.DONE].with_recorded(recorded)
-            actor = decision.actor or actor
+            return _PLAIN[CompensationOutcome.LEFT].with_recorded(recorded), recorded, actor
+        decision = _checked_decision(
+            outcome.value, DecisionAction.APPROVE, DecisionAction.REJECT, DecisionAction.WAIT
+        )
+        if decision.action is DecisionAction.WAIT:
+            return _PLAIN[CompensationOutcome.WAITING].with_recorded(recorded), recorded, actor
+        if decision.action is DecisionAction.REJECT:
             recorded = recorded.then(
                 ledger.step_to(
                     step,
-                    StepState.COMPENSATING,
-                    actor=actor,
-                    decided_by=decision.actor,
+                    StepState.REJECTED,
+                    actor=decision.actor,
                     decision_note=decision.reason,
-                    detail="approved",
+                    decided_by=decision.actor,
+                    detail=decision.reason,
                 )
             )
-        result = yield from self.run_undo(step, actor)
-        if result.outcome is not CompensationOutcome.ROLLED_BACK:
-            failed = yield from self._handle_failure(step, actor)
-            result = _first(result, failed)
-        return result.with_recorded(recorded)
-
-    def _request(self, step: StepRow, why: str) -> ApprovalRequest:
-        record = self.ledger.record
-        return ApprovalRequest(
-            saga_id=record.id, saga_name=record.name, step=step.snapshot(), why=why
+            return _PLAIN[CompensationOutcome.DONE].with_recorded(recorded), recorded, actor
+        actor = decision.actor or actor
+        recorded = recorded.then(
+            ledger.step_to(
+                step,
+                StepState.COMPENSATING,
+                actor=actor,
+                decided_by=decision.actor,
+                decision_note=decision.reason,
+                detail="approved",
+            )
         )
-
-    def _approval_reason(self, step: StepRow) -> str | None:
-        if step.tool is not None and step.tool.requires_approval:
-            return f"tool {step.tool_name!r} requires approval before its undo runs"
-        if step.requires_approval:
-            return "the step was registered as needing approval"
-        if self.approval_policy is not None and self.approval_policy(step.snapshot()):
-            return "the saga's approval policy matched this step"
-        return None
+        return None, recorded, actor
 
     def _handle_failure(self, step: StepRow, actor: str | None) -> Flow[StepResult]:
         """An undo failed: under "halt" ask the gate (retry, resolve, leave); else move on."""
@@ -511,7 +514,7 @@ class Flows:
             if outcome.error is not None:
                 log.warning("gate failed on %s/%s: %r", record.id, step.id, outcome.error)
                 return _first(result, _PLAIN[CompensationOutcome.LEFT])
-            decision = self._decision(
+            decision = _checked_decision(
                 outcome.value, DecisionAction.RETRY, DecisionAction.RESOLVE, DecisionAction.LEAVE
             )
             if decision.action is DecisionAction.RESOLVE:
@@ -524,12 +527,6 @@ class Flows:
             if retried.outcome is CompensationOutcome.ROLLED_BACK:
                 return result
         return result
-
-    def _decision(self, value: Any, *allowed: DecisionAction) -> Decision:
-        if not isinstance(value, Decision) or value.action not in allowed:
-            names = ", ".join(a.name for a in allowed)
-            raise GateError(f"the gate must answer a Decision of {names}; got {value!r}")
-        return value
 
     def run_undo(self, step: StepRow, actor: str | None) -> Flow[StepResult]:
         """Run a step's undo under its retry policy; ends ROLLED_BACK or ROLLBACK_FAILED."""
@@ -554,26 +551,29 @@ class Flows:
                 unsaved=recorded.then(failed).unsaved,
                 undo_error=error,
             )
+        return (yield from self._undo_attempts(step, tool, tool.undo, actor, recorded))
+
+    def _undo_attempts(
+        self,
+        step: StepRow,
+        tool: Tool,
+        undo: Callable[..., Any],
+        actor: str | None,
+        recorded: Recorded,
+    ) -> Flow[StepResult]:
+        """Call ``undo`` until it succeeds or its retry policy gives up (each try an attempt)."""
+        ledger = self.ledger
+        clock = ledger.clock
         policy = tool.undo_retry
         tries = 0
         while True:
             tries += 1
             number = len(step.compensation_attempts) + 1
-            if tool.undo_arity == 3:
-                context = UndoContext(
-                    saga_id=ledger.record.id,
-                    step_id=step.id,
-                    idempotency_key=step.idempotency_key,
-                    attempt=number,
-                    actor=actor,
-                )
-                args: tuple[Any, ...] = (step.output, step.input, context)
-            else:
-                args = (step.output, step.input)[: tool.undo_arity]
+            args = _undo_args(tool, ledger.record.id, step, number, actor)
             started = clock.now()
             trace = self.trace
             span = None if trace is None else trace.undo(tool.name, step.id, step.metadata, number)
-            outcome = yield _tuple(Call, (tool.undo, args, tool.undo_timeout, tool.undo_what, span))
+            outcome = yield _tuple(Call, (undo, args, tool.undo_timeout, tool.undo_what, span))
             assert outcome is not None
             if trace is not None:
                 trace.finish(span, outcome.error)
@@ -739,3 +739,56 @@ def _first(earlier: StepResult, later: StepResult) -> StepResult:
         unsaved=earlier.unsaved or later.unsaved,
         undo_error=earlier.undo_error or later.undo_error,
     )
+
+
+def _execute_args(tool: Tool, saga_id: str, step: StepRow, input: Any) -> tuple[Any, ...]:
+    """The arguments of a tool's execute: the input, and the context when it takes one."""
+    if not tool.execute_takes_context:
+        return (input,)
+    context = ExecuteContext(
+        saga_id=saga_id,
+        step_id=step.id,
+        idempotency_key=step.idempotency_key,
+        metadata=dict(step.metadata),
+    )
+    return (input, context)
+
+
+def _undo_args(
+    tool: Tool, saga_id: str, step: StepRow, attempt: int, actor: str | None
+) -> tuple[Any, ...]:
+    """The arguments of a tool's undo, as many as it takes: output, input, context."""
+    if tool.undo_arity == 3:
+        context = UndoContext(
+            saga_id=saga_id,
+            step_id=step.id,
+            idempotency_key=step.idempotency_key,
+            attempt=attempt,
+            actor=actor,
+        )
+        return (step.output, step.input, context)
+    return (step.output, step.input)[: tool.undo_arity]
+
+
+def _approval_request(record: SagaRecord, step: StepRow, why: str) -> ApprovalRequest:
+    """What the gate is asked about one undo (its step as a snapshot, and why it asks)."""
+    return ApprovalRequest(saga_id=record.id, saga_name=record.name, step=step.snapshot(), why=why)
+
+
+def _approval_reason(step: StepRow, policy: ApprovalPolicy | None) -> str | None:
+    """Why this undo needs a person's approval (its tool, its step, the saga's policy), if so."""
+    if step.tool is not None and step.tool.requires_approval:
+        return f"tool {step.tool_name!r} requires approval before its undo runs"
+    if step.requires_approval:
+        return "the step was registered as needing approval"
+    if policy is not None and policy(step.snapshot()):
+        return "the saga's approval policy matched this step"
+    return None
+
+
+def _checked_decision(value: Any, *allowed: DecisionAction) -> Decision:
+    """The gate's answer, once it is a :class:`Decision` this question allows."""
+    if not isinstance(value, Decision) or value.action not in allowed:
+        names = ", ".join(a.name for a in allowed)
+        raise GateError(f"the gate must answer a Decision of {names}; got {value!r}")
+    return value
