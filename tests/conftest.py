@@ -61,7 +61,7 @@ def _cheap_password_hashes(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _rate_limit_counts_start_at_zero() -> None:
-    """Rate-limit counters (sagaboard.infra.rate_limits) live in the cache, which in one test
+    """Rate-limit counters (sagaboard.infra.http.rate_limits) live in the cache, which in one test
     process outlives a test: each test starts with none, or a suite's wrong passwords and
     bad tokens would add up to a 429 in an unrelated test. Local-memory cache only: a
     Redis cache is shared with others and never flushed here."""

@@ -31,16 +31,16 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from sagaboard.api.openapi_bounds import WWW_AUTHENTICATE
 from sagaboard.api.schemas import ErrorOut
 from sagaboard.errors import ServiceError
-from sagaboard.infra.api_path import API_PREFIX
 from sagaboard.infra.db_outage import outage_of, retry_disk_full
-from sagaboard.infra.json_body import BadValue, NotJson
+from sagaboard.infra.http.api_path import API_PREFIX
+from sagaboard.infra.http.json_body import BadValue, NotJson
 
 log = logging.getLogger("sagaboard.api.v1")
 
 
 # Every operation may answer these, all as ErrorOut (docs/api.md, "Errors"): a body that is
 # not JSON (400), no token (401), an unknown id (404), a refused move (409), a body over the
-# limit (413, sagaboard.infra.body_limit), invalid input or a limit (422), too many bad tokens
+# limit (413, sagaboard.infra.http.body_limit), invalid input or a limit (422), too many bad tokens
 # (429), a busy database (503), a database out of disk (507).
 ERRORS: dict[int | str, Any] = {
     status: ErrorOut for status in (400, 401, 404, 409, 413, 422, 429, 503, 507)

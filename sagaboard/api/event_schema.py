@@ -24,8 +24,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from sagaboard.infra import limits, text_policy
-from sagaboard.infra.limits import BIGINT, INT, InputRefused
+from sagaboard.infra import text_policy
+from sagaboard.infra.http import limits
+from sagaboard.infra.http.limits import BIGINT, INT, InputRefused
 from undo_core import (
     AttemptOutcome,
     EventKind,
@@ -322,7 +323,7 @@ class _BatchPass:
 
     def values(self, obj: dict[str, Any], part: str, *names: str) -> None:
         # Lone surrogates and numbers past a double's range were refused with the body
-        # (sagaboard.infra.json_body): only Python's parser lets them through, and only there.
+        # (sagaboard.infra.http.json_body): only Python's parser lets them through, and only there.
         for name in names:
             value: Any = obj.get(name)
             kind = type(value)

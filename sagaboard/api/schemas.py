@@ -24,7 +24,7 @@ from sagaboard.api.event_schema import (
     free_text,
     identifier,
 )
-from sagaboard.infra.limits import JsonObject, JsonValue
+from sagaboard.infra.http.limits import JsonObject, JsonValue
 from undo_core import (
     AttemptOutcome,
     EventKind,

@@ -18,7 +18,7 @@ from sagaboard.access.api.caller import TokenAuth
 from sagaboard.actions.api.decisions import router as decisions_router
 from sagaboard.api import errors, openapi_bounds
 from sagaboard.batches.api.batches import router as batches_router
-from sagaboard.infra.limits import JsonParser
+from sagaboard.infra.http.limits import JsonParser
 from sagaboard.record.api.v1 import router as record_router
 
 

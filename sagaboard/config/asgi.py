@@ -10,7 +10,7 @@ django_asgi_app = get_asgi_application()  # before importing anything that touch
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from sagaboard.infra.body_limit import BodyLimit  # noqa: E402
+from sagaboard.infra.http.body_limit import BodyLimit  # noqa: E402
 from sagaboard.live.access import OriginCheck  # noqa: E402
 from sagaboard.live.routing import websocket_urlpatterns  # noqa: E402
 

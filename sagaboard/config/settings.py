@@ -224,7 +224,7 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# API limits (sagaboard/infra/limits.py, README "Limits"): a larger body is refused with 413,
+# API limits (sagaboard/infra/http/limits.py, README "Limits"): a larger body is refused with 413,
 # anything else over a limit with 422 naming the field; nothing of the request is stored.
 SAGABOARD_API_MAX_BODY = env_int("SAGABOARD_API_MAX_BODY", 1024 * 1024, minimum=1)
 SAGABOARD_API_MAX_BATCH = env_int("SAGABOARD_API_MAX_BATCH", 1000, minimum=1)
@@ -306,7 +306,7 @@ if REDIS_URL:
         }
     }
 
-# Rate limits (sagaboard/infra/rate_limits.py): COUNT/PERIOD (s, m, h, d), or "off".
+# Rate limits (sagaboard/infra/http/rate_limits.py): COUNT/PERIOD (s, m, h, d), or "off".
 # Failed logins per username and IP, and per IP whatever the username; failed API token
 # checks per IP; tokens minted per user. Over a limit: 429 with Retry-After.
 SAGABOARD_LOGIN_RATE = env_str("SAGABOARD_LOGIN_RATE", "5/15m")

@@ -27,7 +27,7 @@ from sagaboard.access.services.login_guard import login_failed, login_succeeded
 from sagaboard.config.local_files import prepare_folders
 from sagaboard.health.services import overview_rollup
 from sagaboard.infra import event_wake
-from sagaboard.infra.rate_limits import parse_rate
+from sagaboard.infra.http.rate_limits import parse_rate
 from sagaboard.infra.sqlite_wal import keep_wal_open
 from sagaboard.live import access, wake
 from sagaboard.models import Event, Project

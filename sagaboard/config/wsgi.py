@@ -13,8 +13,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sagaboard.config.settings")
 
 django_wsgi_app = get_wsgi_application()  # before importing anything that touches models
 
-from sagaboard.infra.body_limit import WsgiBodyLimit  # noqa: E402
-from sagaboard.infra.forwarded import ProxiedAddress  # noqa: E402
+from sagaboard.infra.http.body_limit import WsgiBodyLimit  # noqa: E402
+from sagaboard.infra.http.forwarded import ProxiedAddress  # noqa: E402
 
 # The client's address from the proxy's X-Forwarded-For (login rate limits count per
 # address), then the API's body limit, then Django.

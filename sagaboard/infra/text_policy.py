@@ -159,7 +159,7 @@ def json_problem(value: Any) -> TextRefused | None:
     """The first lone surrogate or out-of-range number in a JSON value, with its path.
 
     Only a body that Python's own parser read can hold one (orjson refuses both), so
-    ``sagaboard.infra.json_body`` calls this on those bodies only.
+    ``sagaboard.infra.http.json_body`` calls this on those bodies only.
     """
     stack: list[tuple[Any, str]] = [(value, "")]
     while stack:

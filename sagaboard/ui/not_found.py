@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponseBase, HttpResponseNotFound
 from django.template.loader import render_to_string
 from django.utils.decorators import sync_and_async_middleware
 
-from sagaboard.infra.api_path import API_PREFIX
+from sagaboard.infra.http.api_path import API_PREFIX
 
 TEMPLATE = "404.html"
 

@@ -2,7 +2,7 @@
 
 ``django.utils.timezone.now`` is the wall clock every stored time comes from; the
 sweep's "unchanged for how long" runs on ``sagaboard.infra.observed_time.monotonic``;
-rate-limit windows on ``sagaboard.infra.rate_limits._now``. Each test steps the wall clock
+rate-limit windows on ``sagaboard.infra.http.rate_limits._now``. Each test steps the wall clock
 an hour (a VM resumed, NTP stepping, ``date -s``) and moves the monotonic clock only as
 much as real time passes, as the kernel does.
 
@@ -24,7 +24,8 @@ from django.utils import timezone
 
 from sagaboard.actions.services import runner
 from sagaboard.approvals.services import approvals
-from sagaboard.infra import observed_time, rate_limits
+from sagaboard.infra import observed_time
+from sagaboard.infra.http import rate_limits
 from sagaboard.models import Approval, ApprovalPolicy, AuditEntry, Project, Saga, Step
 from undo_core import SagaStatus, StepState, default_owner
 

@@ -14,7 +14,7 @@ from django.test import Client
 
 from sagaboard.access.reads import visible
 from sagaboard.access.services.tokens import token_create
-from sagaboard.infra.body_limit import BodyLimit
+from sagaboard.infra.http.body_limit import BodyLimit
 from sagaboard.models import Project
 from tests.support.agent_runs import storebot_events
 from tests.support.fuzz_data import DatabaseState, table_digests

@@ -19,8 +19,8 @@ from django.core.cache.backends.redis import RedisCache
 from django.test import Client
 
 from sagaboard.access.services.tokens import token_create
-from sagaboard.infra import rate_limits
-from sagaboard.infra.rate_limits import Rate, parse_rate
+from sagaboard.infra.http import rate_limits
+from sagaboard.infra.http.rate_limits import Rate, parse_rate
 from sagaboard.models import ApiToken, AuditEntry, Project
 
 pytestmark = pytest.mark.django_db

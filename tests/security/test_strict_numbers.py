@@ -18,7 +18,7 @@ import pytest
 from django.test import Client
 
 from sagaboard.access.services.tokens import token_create
-from sagaboard.infra.json_body import BadValue, parse_json
+from sagaboard.infra.http.json_body import BadValue, parse_json
 from sagaboard.models import Project, Step
 from tests.security.test_hostile_input import AT_ATTEMPT, digests, refused_naming, tampered
 from tests.support.agent_runs import storebot_events

@@ -223,7 +223,7 @@ class _Inner:
 
 
 def test_wsgi_api_bodies_over_the_limit_get_the_apis_413_before_django(settings: Any) -> None:
-    from sagaboard.infra.body_limit import WsgiBodyLimit
+    from sagaboard.infra.http.body_limit import WsgiBodyLimit
 
     settings.SAGABOARD_API_MAX_BODY = 10
     for chunked in (False, True):
@@ -234,7 +234,7 @@ def test_wsgi_api_bodies_over_the_limit_get_the_apis_413_before_django(settings:
 
 
 def test_wsgi_a_chunked_body_within_the_limit_reaches_django_whole(settings: Any) -> None:
-    from sagaboard.infra.body_limit import WsgiBodyLimit
+    from sagaboard.infra.http.body_limit import WsgiBodyLimit
 
     settings.SAGABOARD_API_MAX_BODY = 10
     inner = _Inner()
@@ -282,7 +282,7 @@ def _peer(app: Any, peer: str, forwarded: str | None) -> str:
 
 
 def test_behind_the_proxy_the_client_address_is_the_one_nginx_saw() -> None:
-    from sagaboard.infra.forwarded import ProxiedAddress
+    from sagaboard.infra.http.forwarded import ProxiedAddress
 
     def app(inner: Any) -> Any:
         return ProxiedAddress(inner, trusted=["127.0.0.1", "::1"])

@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from ninja.security import HttpBearer
 
 from sagaboard.access.services.tokens import token_authenticate
-from sagaboard.infra.rate_limits import RateLimited, client_ip, hit, parse_rate, wait_seconds
+from sagaboard.infra.http.rate_limits import RateLimited, client_ip, hit, parse_rate, wait_seconds
 from sagaboard.models import ApiToken
 
 

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from sagaboard.access.reads import visible
 from sagaboard.access.services import tokens
-from sagaboard.infra.rate_limits import hit, parse_rate, wait_seconds
+from sagaboard.infra.http.rate_limits import hit, parse_rate, wait_seconds
 from sagaboard.models import ApiToken, Project
 
 LABEL_MAX = ApiToken._meta.get_field("label").max_length or 100

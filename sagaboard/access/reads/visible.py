@@ -10,7 +10,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Prefetch, Q, QuerySet
 
-from sagaboard.infra.limits import BIGINT
+from sagaboard.infra.http.limits import BIGINT
 from sagaboard.models import Approval, CompensationAttempt, Event, Project, Saga, Step, Viewer
 from sagaboard.search.reads import saga_search
 

@@ -1,6 +1,6 @@
 """Password guessing: failed logins are counted, limited and audited.
 
-Two limits (``sagaboard.infra.rate_limits``), checked before the password is: failures
+Two limits (``sagaboard.infra.http.rate_limits``), checked before the password is: failures
 per username *and* IP (``SAGABOARD_LOGIN_RATE``: one person mistyping, or one
 attacker on one account) and per IP whatever the username
 (``SAGABOARD_LOGIN_IP_RATE``: one attacker trying many accounts). Over either,
@@ -27,7 +27,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from sagaboard.infra.rate_limits import Rate, client_ip, hit, parse_rate, reset, wait_seconds
+from sagaboard.infra.http.rate_limits import Rate, client_ip, hit, parse_rate, reset, wait_seconds
 from sagaboard.models import AuditEntry, User
 
 LOGIN_VIEWS = frozenset({"login", "admin:login"})

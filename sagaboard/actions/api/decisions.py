@@ -21,7 +21,7 @@ from sagaboard.api import links
 from sagaboard.api.errors import ERRORS
 from sagaboard.api.event_schema import Text
 from sagaboard.api.schemas import Out, StrictSchema, free_text
-from sagaboard.infra.limits import BIGINT
+from sagaboard.infra.http.limits import BIGINT
 from sagaboard.models.fields import ApprovalStatus, CarriedOut, StepAction
 from undo_core import StepState
 

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from sagaboard.access.reads import visible
 from sagaboard.approvals.services.policies import PolicyInvalid, policy_save
 from sagaboard.audit.services.audit_chain import chains_checked
-from sagaboard.infra.limits import BIGINT
+from sagaboard.infra.http.limits import BIGINT
 from sagaboard.models import ApprovalPolicy, AuditEntry, Project
 from sagaboard.ui.present import json_text
 

@@ -37,8 +37,9 @@ from django.utils import timezone
 
 from sagaboard.approvals.services import approvals
 from sagaboard.errors import ServiceError
-from sagaboard.infra import json_body, text_policy
-from sagaboard.infra.limits import BIGINT
+from sagaboard.infra import text_policy
+from sagaboard.infra.http import json_body
+from sagaboard.infra.http.limits import BIGINT
 from sagaboard.models import Approval, SlackIdentity, SlackRequest, User
 from sagaboard.notify.services import notifications
 

@@ -18,7 +18,7 @@ from sagaboard.actions.services import batch_outcomes
 from sagaboard.api.errors import ERRORS
 from sagaboard.api.schemas import Out
 from sagaboard.batches.services import batches
-from sagaboard.infra.limits import BIGINT
+from sagaboard.infra.http.limits import BIGINT
 from sagaboard.models import BatchItem, BatchJob
 
 router = Router(tags=["batches"])

@@ -36,7 +36,7 @@ from sagaboard.engine.services.record_columns import (
     record_of,
 )
 from sagaboard.errors import ServiceError
-from sagaboard.infra import limits
+from sagaboard.infra.http import limits
 from sagaboard.models import CompensationAttempt, Event, Project, Saga, Step
 from sagaboard.models.sagas import elapsed_ms
 from sagaboard.notify.services import notifications

@@ -20,7 +20,8 @@ from django.db import IntegrityError, transaction
 from sagaboard.engine.services import undo_kinds
 from sagaboard.engine.services.django_store import DjangoStore
 from sagaboard.errors import ServiceError
-from sagaboard.infra import jobs, limits
+from sagaboard.infra import jobs
+from sagaboard.infra.http import limits
 from sagaboard.models import ApiRequest, Project, Saga
 from undo_core import (
     LeaseError,

@@ -50,7 +50,7 @@ from django.http import QueryDict
 from django.utils import timezone
 
 from sagaboard.infra import text_policy
-from sagaboard.infra.limits import BIGINT
+from sagaboard.infra.http.limits import BIGINT
 from sagaboard.models import ApiToken, Note, Project, Saga, Step, Viewer
 from undo_core import RollbackOutcome, SagaStatus
 

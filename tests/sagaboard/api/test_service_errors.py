@@ -18,8 +18,8 @@ from ninja.testing import TestClient
 from sagaboard.api import errors
 from sagaboard.approvals.services.approvals import DecisionRefused
 from sagaboard.errors import ServiceError
-from sagaboard.infra.limits import InputRefused
-from sagaboard.infra.rate_limits import RateLimited
+from sagaboard.infra.http.limits import InputRefused
+from sagaboard.infra.http.rate_limits import RateLimited
 from sagaboard.record.services.ingest import IngestError
 
 

@@ -10,8 +10,9 @@ import pytest
 from django.core.cache.backends.redis import RedisCache
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from sagaboard.infra import fallback_cache, rate_limits
+from sagaboard.infra import fallback_cache
 from sagaboard.infra.fallback_cache import FallbackRedisCache
+from sagaboard.infra.http import rate_limits
 from tests.support.fault_services import RedisProcess
 from tests.support.live_server import free_port
 

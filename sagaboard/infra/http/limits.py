@@ -4,7 +4,7 @@ Every limit is a setting (``SAGABOARD_MAX_*``, read at request time so a test ca
 it). A request over one is refused as a whole with a 4xx whose JSON body names the field
 and the limit, before anything is stored:
 
-- the body: ``SAGABOARD_API_MAX_BODY`` bytes, 413 (``sagaboard.infra.body_limit`` in front of
+- the body: ``SAGABOARD_API_MAX_BODY`` bytes, 413 (``sagaboard.infra.http.body_limit`` in front of
   Django, so an oversized upload is cut off while it arrives);
 - JSON values (a step's input and output, metadata, saga state and options, undo args):
   nested at most ``SAGABOARD_MAX_JSON_DEPTH`` levels, and at most
@@ -33,7 +33,7 @@ from pydantic import AfterValidator, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 from sagaboard.errors import ServiceError
-from sagaboard.infra.json_body import NotJson, parse_json
+from sagaboard.infra.http.json_body import NotJson, parse_json
 
 BIGINT = 2**63 - 1
 """The largest value of a BigIntegerField (a saga's or an event's ``seq``, a row id)."""

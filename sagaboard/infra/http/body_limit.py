@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
-from sagaboard.infra.api_path import API_PREFIX
+from sagaboard.infra.http.api_path import API_PREFIX
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -1,0 +1,1 @@
+"""Request plumbing: body limits and parsing, rate counting, the API path, forwarded addresses."""
