@@ -183,6 +183,28 @@ def build_server(
     def about(name: str) -> str | None:
         return _CONNECTED[name] if connected else None  # None: the function's docstring
 
+    _add_step_tools(server, backend, about, gate)
+    if gate is not None:
+        add_rollback_tool(server, gate, _call)
+    else:  # connected: sagaboard's approval queue decides, never this chat
+
+        @server.tool(description=about("saga_rollback"))
+        def saga_rollback(sagaId: str | None = None) -> CallToolResult:
+            """Run the undo command of every completed step, in reverse order."""
+            return _call("saga_rollback", lambda: backend.rollback(sagaId))
+
+    _add_read_tools(server, backend, about)
+    return server
+
+
+def _add_step_tools(
+    server: MCPServer[Any],
+    backend: Backend,
+    about: Callable[[str], str | None],
+    gate: UndoGate | None,
+) -> None:
+    """Add the tools that write a saga step by step: begin, add, complete and fail a step."""
+
     def add_step_about() -> str | None:
         if gate is None:
             return about("saga_add_step")
@@ -221,14 +243,11 @@ def build_server(
         """Mark a step as failed. The saga stays open: call saga_rollback to undo."""
         return _call("saga_fail_step", lambda: backend.fail_step(sagaId, stepId, error))
 
-    if gate is not None:
-        add_rollback_tool(server, gate, _call)
-    else:  # connected: sagaboard's approval queue decides, never this chat
 
-        @server.tool(description=about("saga_rollback"))
-        def saga_rollback(sagaId: str | None = None) -> CallToolResult:
-            """Run the undo command of every completed step, in reverse order."""
-            return _call("saga_rollback", lambda: backend.rollback(sagaId))
+def _add_read_tools(
+    server: MCPServer[Any], backend: Backend, about: Callable[[str], str | None]
+) -> None:
+    """Add the tools that read a saga: its status, and every step in full."""
 
     @server.tool(description=about("saga_status"))
     def saga_status(sagaId: str | None = None) -> CallToolResult:
@@ -239,8 +258,6 @@ def build_server(
     def saga_list_steps(sagaId: str | None = None) -> CallToolResult:
         """Full detail on every step (input, output, error, undo command, timestamps)."""
         return _call("saga_list_steps", lambda: backend.list_steps(sagaId))
-
-    return server
 
 
 def _parser() -> argparse.ArgumentParser:

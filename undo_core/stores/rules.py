@@ -170,6 +170,40 @@ def check_change(
     the most a saga may have. Pure: it reads its arguments and nothing else.
     """
     record, snap, event = change
+    _check_record(saga, record, event)
+    kind = event.kind
+    if kind == EventKind.SAGA:
+        _saga_event(saga, record, snap, event, steps)
+    elif kind == EventKind.STEP:
+        assert saga is not None  # a first event is a saga event (_check_record)
+        _step_event(saga, step, snap, event, steps, max_steps)
+    elif kind == EventKind.ATTEMPT:
+        assert saga is not None
+        _attempt_event(saga, step, snap, event)
+    elif kind == EventKind.CHECKPOINT:
+        assert saga is not None
+        _checkpoint_event(saga, record, snap, event)
+    else:
+        raise _refuse("validation_error", "event.kind", f"unknown event kind {kind!r}")
+    # The event must describe the change it comes with (the log shows its names).
+    if snap is None:
+        if event.saga_id is record.id and event.step_id is None and event.tool_name is None:
+            return  # the engine's own saga events carry the very same objects
+    elif (
+        event.saga_id is record.id
+        and event.step_id is snap.id
+        and event.tool_name is snap.tool_name
+    ):
+        return  # the engine's own step events carry the very same objects
+    _check_event(record, snap, event)
+
+
+def _check_record(saga: SagaRecord | None, record: SagaRecord, event: SagaEvent) -> None:
+    """The saga's record as the change would store it: its seq, its birth, its fields' moves.
+
+    The engine's own changes pass on identity checks alone (its hot path); anything else
+    goes through the rules field by field, which name the field they refuse.
+    """
     if event.seq != record.seq:
         raise _refuse("validation_error", "event.seq", "event.seq must equal saga.seq")
     if saga is None:
@@ -191,31 +225,6 @@ def check_change(
         and not (event.kind == EventKind.SAGA and event.from_state is None)
     ):
         _check_saga_fields(saga, record, event)  # the same rules, field by field, with names
-    kind = event.kind
-    if kind == EventKind.SAGA:
-        _saga_event(saga, record, snap, event, steps)
-    elif kind == EventKind.STEP:
-        assert saga is not None  # a first event is a saga event (above)
-        _step_event(saga, step, snap, event, steps, max_steps)
-    elif kind == EventKind.ATTEMPT:
-        assert saga is not None
-        _attempt_event(saga, step, snap, event)
-    elif kind == EventKind.CHECKPOINT:
-        assert saga is not None
-        _checkpoint_event(saga, record, snap, event)
-    else:
-        raise _refuse("validation_error", "event.kind", f"unknown event kind {kind!r}")
-    # The event must describe the change it comes with (the log shows its names).
-    if snap is None:
-        if event.saga_id is record.id and event.step_id is None and event.tool_name is None:
-            return  # the engine's own saga events carry the very same objects
-    elif (
-        event.saga_id is record.id
-        and event.step_id is snap.id
-        and event.tool_name is snap.tool_name
-    ):
-        return  # the engine's own step events carry the very same objects
-    _check_event(record, snap, event)
 
 
 def _check_event(record: SagaRecord, snap: StepSnapshot | None, event: SagaEvent) -> None:
