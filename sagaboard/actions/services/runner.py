@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -431,12 +431,42 @@ def orphaned_work(*, stale_seconds: float = 30.0) -> list[tuple[str, int]]:
     def seen_still(key: str, *fingerprint: object) -> bool:
         return unchanged_for(key, repr(fingerprint)) >= watch
 
+    dead = _held_by_the_dead()
+    sagas = _sagas_orphaned(now, cutoff, dead, seen_still)
+    stale_steps = _requests_orphaned(now, cutoff, dead, seen_still)
+    stops = _stops_orphaned(now, cutoff, seen_still)
+    dead_steps = list(
+        Step.objects.filter(saga_id__in=dead, pending_action__isnull=False).values_list(
+            "pk", flat=True
+        )
+    )
+    return (
+        [("saga", pk) for pk in [*sagas, *dead]]
+        + [("step", pk) for pk in [*stale_steps, *dead_steps]]
+        + [("stop", pk) for pk in stops]
+    )
+
+
+# The parts of ``orphaned_work``, one kind of lost work each, so the sweep reads as its
+# list of kinds. ``seen_still(key, *fingerprint)``: the row was seen unchanged long enough
+# for the wall clock not to matter (its docstring says when that counts).
+SeenStill = Callable[..., bool]
+
+
+def _held_by_the_dead() -> list[int]:
+    """Sagas whose lease holder is a process of this host that has died: picked up at once."""
     held = Saga.objects.filter(
         driver=Saga.Driver.SERVER,
         status__in=[SagaStatus.COMPENSATING, SagaStatus.ROLLBACK_FAILED],
         lease_owner__isnull=False,
     ).values_list("pk", "lease_owner")[:200]
-    dead = [pk for pk, owner in held if local_owner_dead(owner)]
+    return [pk for pk, owner in held if local_owner_dead(owner)]
+
+
+def _sagas_orphaned(
+    now: datetime, cutoff: datetime, dead: list[int], seen_still: SeenStill
+) -> list[int]:
+    """Server-run sagas left COMPENSATING with no live lease and no approval pending."""
     candidates = (
         Saga.objects.filter(driver=Saga.Driver.SERVER, status=SagaStatus.COMPENSATING)
         .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
@@ -445,11 +475,18 @@ def orphaned_work(*, stale_seconds: float = 30.0) -> list[tuple[str, int]]:
         .exclude(pk__in=dead)
         .values_list("pk", "seq", "changed_at", "lease_owner", "lease_expires_at")[:100]
     )
-    sagas = [
+    return [
         pk
         for pk, seq, changed, owner, expires in candidates
         if (owner is None and changed < now) or seen_still(f"saga:{pk}", seq, owner, expires)
     ]
+
+
+def _requests_orphaned(
+    now: datetime, cutoff: datetime, dead: list[int], seen_still: SeenStill
+) -> list[int]:
+    """Steps whose operator's request has been pending since before ``cutoff`` on a saga
+    nobody holds (a dead holder's are picked up apart, at once)."""
     requests = (
         Step.objects.filter(
             Q(saga__lease_owner__isnull=True) | Q(saga__lease_expires_at__lt=now),
@@ -461,25 +498,19 @@ def orphaned_work(*, stale_seconds: float = 30.0) -> list[tuple[str, int]]:
         .values_list("pk", "pending_action", "saga__lease_owner", "saga__lease_expires_at")[:100]
     )
     early, late = cutoff.isoformat(), now.isoformat()
-    stale_steps = [
+    return [
         pk
         for pk, request, owner, expires in requests
         if ((at := (request or {}).get("at", "")) < early and owner is None)
         or (not early <= at <= late and seen_still(f"step:{pk}", at, owner, expires))
     ]
+
+
+def _stops_orphaned(now: datetime, cutoff: datetime, seen_still: SeenStill) -> list[int]:
+    """Sagas whose stop request has been left undone since before ``cutoff``."""
     asked = Saga.objects.filter(
         Q(rollback_requested_at__lt=cutoff) | Q(rollback_requested_at__gt=now),
         driver=Saga.Driver.SERVER,
         rollback_request_done_at__isnull=True,
     ).values_list("pk", "rollback_requested_at")[:100]
-    stops = [pk for pk, at in asked if at < now or seen_still(f"stop:{pk}", at)]
-    dead_steps = list(
-        Step.objects.filter(saga_id__in=dead, pending_action__isnull=False).values_list(
-            "pk", flat=True
-        )
-    )
-    return (
-        [("saga", pk) for pk in [*sagas, *dead]]
-        + [("step", pk) for pk in [*stale_steps, *dead_steps]]
-        + [("stop", pk) for pk in stops]
-    )
+    return [pk for pk, at in asked if at < now or seen_still(f"stop:{pk}", at)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -119,6 +119,21 @@ def metrics_text() -> str:
         out.append(f"# TYPE {name} gauge")
         out.extend(_line(name, value, **labels) for labels, value in rows)
 
+    _saga_gauges(gauge)
+    _approval_gauges(gauge, now)
+    _undo_gauges(gauge)
+    _event_log_gauges(gauge)
+    _delivery_gauges(gauge, now)
+    return "\n".join(out) + "\n"
+
+
+# ``metrics_text``'s gauges by subject, in the order they are exposed: each helper asks the
+# database for one subject and hands its rows to ``gauge``.
+type Gauge = Callable[[str, str, Sequence[tuple[dict[str, str], float]]], None]
+
+
+def _saga_gauges(gauge: Gauge) -> None:
+    """Sagas by status and outcome (every known pair, zeros too), and whom they wait for."""
     by_status: dict[tuple[str, str], int] = {}
     for status, outcome, n in (
         Saga.objects.values_list("status", "outcome").annotate(n=Count("pk")).order_by()
@@ -146,6 +161,10 @@ def metrics_text() -> str:
     )
     gauge("sagaboard_sagas_waiting", "Sagas whose rollback waits for a person, by whom.",
           [({"waiting_for": w.value}, waiting.get(w.value, 0)) for w in WaitingFor])  # fmt: skip
+
+
+def _approval_gauges(gauge: Gauge, now: datetime) -> None:
+    """Pending approvals: how many, and how long the oldest has waited."""
     pending = Approval.objects.filter(status=Approval.Status.PENDING).aggregate(
         n=Count("pk"), oldest=Min("created_at")
     )
@@ -153,6 +172,10 @@ def metrics_text() -> str:
     oldest = (now - pending["oldest"]).total_seconds() if pending["oldest"] else 0
     gauge("sagaboard_approval_oldest_pending_seconds",
           "Age of the oldest pending approval (0 when none).", [({}, oldest)])  # fmt: skip
+
+
+def _undo_gauges(gauge: Gauge) -> None:
+    """Failed undos nobody settled, and the undo attempts by outcome."""
     failed = Step.objects.filter(state=StepState.ROLLBACK_FAILED, left_at__isnull=True).count()
     gauge("sagaboard_undos_failed_open", "Undos ROLLBACK_FAILED that nobody settled or left.",
           [({}, failed)])  # fmt: skip
@@ -161,6 +184,10 @@ def metrics_text() -> str:
     )
     rows = [({"outcome": str(k or "running")}, v) for k, v in sorted(attempts.items(), key=str)]
     gauge("sagaboard_undo_attempts", "Undo attempts recorded, by outcome.", rows)
+
+
+def _event_log_gauges(gauge: Gauge) -> None:
+    """The event log's newest id (the live feed's cursor) and how late it was recorded."""
     last = Event.objects.order_by("-pk").values("pk", "at", "recorded_at").first()
     gauge("sagaboard_event_log_last_id", "The newest event log id (the live feed's cursor).",
           [({}, last["pk"] if last else 0)])  # fmt: skip
@@ -169,10 +196,13 @@ def metrics_text() -> str:
           "For the newest event: how long after the time its agent reported sagaboard "
           "recorded it (an agent clock that is off shows here too).",
           [({}, max(lag, 0))])  # fmt: skip
+
+
+def _delivery_gauges(gauge: Gauge, now: datetime) -> None:
+    """Notifications not delivered yet, and each worker's last sign of life."""
     undelivered = Notification.objects.filter(delivered_at__isnull=True).count()
     gauge("sagaboard_notifications_undelivered", "Notifications not delivered yet.",
           [({}, undelivered)])  # fmt: skip
     gauge("sagaboard_worker_heartbeat_age_seconds", "Seconds since each worker's last sign.",
           [({"worker": h.name}, (now - h.at).total_seconds())
            for h in Heartbeat.objects.order_by("name")[:100]])  # fmt: skip
-    return "\n".join(out) + "\n"

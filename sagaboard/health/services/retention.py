@@ -174,12 +174,7 @@ def retention_run(
     left). Raises ``ValueError`` for a non-positive age or batch, or an archive
     directory that cannot be used, before anything is deleted.
     """
-    if older_than <= timedelta(0):
-        raise ValueError("older_than must be a positive age")
-    if not 1 <= batch <= MAX_BATCH:
-        raise ValueError(f"batch must be between 1 and {MAX_BATCH}")
-    if max_batches is not None and max_batches < 1:
-        raise ValueError("max_batches must be at least 1")
+    _arguments_check(older_than, batch, max_batches)
     now = now or timezone.now()
     report = RetentionReport(cutoff=now - older_than, dry_run=dry_run)
     by_project: Counter[str] = Counter()
@@ -193,24 +188,7 @@ def retention_run(
             if not picked:
                 break
             cursor = picked[-1]
-            pks = [pk for _, pk in picked]
-            report.batches += 1
-            again = _expired(report.cutoff, now).filter(pk__in=pks)
-            if dry_run:
-                gone = _rows(again)
-                _count(report, [row[0] for row in gone])
-            else:
-                with transaction.atomic():
-                    gone = _rows(_locked(again))
-                    if gone and archive is not None:
-                        _archive_write(archive, [row[0] for row in gone], now)
-                    if gone:
-                        _delete(report, gone)
-            report.skipped += len(pks) - len(gone)
-            for _, slug, saga_id in gone:
-                by_project[slug] += 1
-                if len(report.examples) < EXAMPLES:
-                    report.examples.append(f"{slug}/{saga_id}")
+            _batch_run(report, by_project, [pk for _, pk in picked], now=now, archive=archive)
         else:
             report.more = bool(_candidates(report.cutoff, now, cursor, 1))
     except Exception as err:
@@ -226,6 +204,49 @@ def retention_run(
     if not dry_run:
         _audit(report, actor)
     return report
+
+
+# ``retention_run``'s parts: the checks made before anything is deleted, and one batch
+# (re-checked, then counted or archived and deleted in its own transaction).
+
+
+def _arguments_check(older_than: timedelta, batch: int, max_batches: int | None) -> None:
+    """``ValueError`` for a non-positive age, a batch out of range, or ``max_batches`` < 1."""
+    if older_than <= timedelta(0):
+        raise ValueError("older_than must be a positive age")
+    if not 1 <= batch <= MAX_BATCH:
+        raise ValueError(f"batch must be between 1 and {MAX_BATCH}")
+    if max_batches is not None and max_batches < 1:
+        raise ValueError("max_batches must be at least 1")
+
+
+def _batch_run(
+    report: RetentionReport,
+    by_project: Counter[str],
+    pks: list[int],
+    *,
+    now: datetime,
+    archive: IO[bytes] | None,
+) -> None:
+    """One batch of ``pks`` (picked as expired): those still expired now are counted (a dry
+    run) or archived and deleted, in one transaction; the rest are skipped."""
+    report.batches += 1
+    again = _expired(report.cutoff, now).filter(pk__in=pks)
+    if report.dry_run:
+        gone = _rows(again)
+        _count(report, [row[0] for row in gone])
+    else:
+        with transaction.atomic():
+            gone = _rows(_locked(again))
+            if gone and archive is not None:
+                _archive_write(archive, [row[0] for row in gone], now)
+            if gone:
+                _delete(report, gone)
+    report.skipped += len(pks) - len(gone)
+    for _, slug, saga_id in gone:
+        by_project[slug] += 1
+        if len(report.examples) < EXAMPLES:
+            report.examples.append(f"{slug}/{saga_id}")
 
 
 def _candidates(
