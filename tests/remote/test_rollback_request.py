@@ -133,6 +133,6 @@ def test_an_unreadable_answer_is_logged_and_the_saga_goes_on(make_store: Any, ca
     saga.execute(t1)
     bad = httpx.Response(200, json={"results": [], "rollback_requested": ["nonsense"]})
     with caplog.at_level("WARNING", logger="undo_core.remote"):
-        store._hear(bad)
+        store._sender.hear(bad)
     saga.execute(t2)
     assert log == ["do:1", "do:2"] and "unreadable rollback requests" in caplog.text
