@@ -12,12 +12,17 @@ from sagaboard.collab.services.notes import PERMISSION
 from sagaboard.models import Saga, User
 
 
-def collaboration(saga: Saga, user: User) -> dict[str, Any]:
+def collaboration(saga: Saga, user: User, *, read_at: int | None = None) -> dict[str, Any]:
     """The saga page's owner and notes, for the person looking (not in the live fragment:
-    which notes one may edit differs from person to person)."""
+    which notes one may edit differs from person to person).
+
+    ``read_at``: the notes' version the caller already read, before anything this shows
+    (the saga page reads it once for its live body and for this section alike)."""
     may = user.has_perm(PERMISSION)
+    if read_at is None:
+        read_at = notes.collaboration_version(saga)  # before what it shows
     return {
-        "notes_read_at": notes.collaboration_version(saga),  # before what it shows
+        "notes_read_at": read_at,
         "notes": notes.notes_for_saga(saga),
         "note_steps": saga.steps.all(),
         "can_collaborate": may,

@@ -99,5 +99,7 @@ def saga_detail(request: HttpRequest, project: str, saga_id: str) -> HttpRespons
         raise Http404("no such saga in your projects")
     events = visible.event_list_for_saga(saga=saga, limit=1000)
     context = presenters.saga_page(saga, events=events, last_log_id=last_log_id)
-    context.update(collab_presenters.collaboration(saga, request.user))
+    context.update(
+        collab_presenters.collaboration(saga, request.user, read_at=context["notes_version"])
+    )
     return render(request, "sagaboard/saga_detail.html", context)

@@ -63,6 +63,7 @@ def overview_live(projects: Sequence[Project], *, fresh: bool = False) -> dict[s
 
 def saga_page(saga: Saga, *, events: Sequence[Event], last_log_id: int) -> dict[str, Any]:
     """The saga page's context, for the page and for its live fragment alike."""
+    version = notes.collaboration_version(saga)  # before what it shows (live.js compares it)
     extras = work_queues.saga_page_extras(saga)
     approvals: list[Approval] = extras["approvals"]  # type: ignore[assignment]
     steps = timeline(saga.steps.all(), approvals)
@@ -84,5 +85,5 @@ def saga_page(saga: Saga, *, events: Sequence[Event], last_log_id: int) -> dict[
         # The time-scaled view (a row per step); it also gives each step its ``durations``.
         "saga_timeline": saga_timeline.for_saga(saga, steps, timezone.now()),
         "saga_note_count": note_counts.get(None, 0),
-        "notes_version": notes.collaboration_version(saga),
+        "notes_version": version,
     }
