@@ -56,7 +56,7 @@ class SagaBeginIn(StrictSchema):
     id: SagaId | None = None
     name: Name
     on_compensation_failure: Literal["continue", "halt"] = "halt"
-    actor: Actor | None = None
+    actor: Actor | None = None  # type: ignore[valid-type]
 
 
 class StepAddIn(StrictSchema):
@@ -89,7 +89,7 @@ class StepFailIn(StrictSchema):
 class SagaActionIn(StrictSchema):
     event_id: EventId
     reason: free_text(10_000) | None = None  # type: ignore[valid-type]
-    actor: Actor | None = None
+    actor: Actor | None = None  # type: ignore[valid-type]
 
 
 _AS_REPORTED = (

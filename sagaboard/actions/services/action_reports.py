@@ -36,7 +36,7 @@ RESULTS = {
 }
 """Each result and how the summary line counts it, in the order it lists them."""
 
-VERBS = {
+VERBS: dict[str, str] = {
     DecisionAction.RETRY: "Retry",
     DecisionAction.RESOLVE: "Force-resolve",
     DecisionAction.LEAVE: "Leave failed",

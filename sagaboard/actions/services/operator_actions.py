@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
@@ -26,11 +25,11 @@ from sagaboard.audit.services import audit
 from sagaboard.engine.reads import rollback_outcomes
 from sagaboard.engine.services import undo_kinds
 from sagaboard.infra import jobs
-from sagaboard.models import Approval, Saga, Step
+from sagaboard.models import Approval, Saga, Step, User
 from undo_core import STEP_ACTIONS, DecisionAction, StepState
 
 ACTIONABLE = [StepState.ROLLBACK_FAILED, StepState.IN_DOUBT]
-PERMISSION = {
+PERMISSION: dict[str, str] = {
     DecisionAction.RETRY: "sagaboard.retry_compensation",
     DecisionAction.RESOLVE: "sagaboard.resolve_step",
     DecisionAction.LEAVE: "sagaboard.resolve_step",
@@ -39,14 +38,14 @@ PERMISSION = {
 assert tuple(PERMISSION) == STEP_ACTIONS
 _NAMES = f"{', '.join(STEP_ACTIONS[:-1])} or {STEP_ACTIONS[-1]}"
 
-_MOOT = {
+_MOOT: dict[str, str] = {
     DecisionAction.LEAVE: "the step was left failed",
     DecisionAction.RESOLVE: "the step was resolved by hand",
 }
 """Why a retry's pending approval is void once the step is left or resolved instead."""
 
 
-def step_act(*, step_pk: int, user: Any, action: str, reason: str) -> Step:
+def step_act(*, step_pk: int, user: User, action: str, reason: str) -> Step:
     """Ask for ``action`` (retry, resolve, leave) on a failed undo; ``DecisionRefused`` if not."""
     reason = (reason or "").strip()
     if action not in PERMISSION:
@@ -170,7 +169,7 @@ def _why_not(step_pk: int) -> str:
 
 
 def steps_act_many(
-    *, step_pks: Iterable[int], user: Any, action: str, reason: str
+    *, step_pks: Iterable[int], user: User, action: str, reason: str
 ) -> list[tuple[int, Step | DecisionRefused]]:
     """Bulk retry / resolve / leave: each step handled (or refused) on its own."""
     results: list[tuple[int, Step | DecisionRefused]] = []

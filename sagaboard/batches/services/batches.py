@@ -48,12 +48,12 @@ from sagaboard.approvals.services.approvals import DecisionRefused
 from sagaboard.audit.services import audit
 from sagaboard.engine.reads import rollback_outcomes
 from sagaboard.infra import jobs
-from sagaboard.models import Approval, BatchItem, BatchJob, Project, Step
+from sagaboard.models import Approval, BatchItem, BatchJob, Project, Step, User
 from sagaboard.search.reads import saga_search
 from undo_core import APPROVAL_DECISIONS, STEP_ACTIONS, default_owner, local_owner_dead
 
 State = BatchJob.State
-ACTIONS = {
+ACTIONS: dict[str, str] = {
     **operator_actions.PERMISSION,
     **dict.fromkeys(APPROVAL_DECISIONS, approvals.DECIDE_PERMISSION),
 }
@@ -83,7 +83,7 @@ class Preview:
         return action_reports.VERBS[self.action]
 
 
-def _action(action: str, user: Any) -> None:
+def _action(action: str, user: User) -> None:
     if action not in ACTIONS:
         raise DecisionRefused(
             "validation_error", "action must be retry, resolve, leave, approve or reject", "action"
@@ -101,7 +101,7 @@ def _search(query: QueryDict) -> saga_search.SagaFilter:
 
 
 def _targets(
-    action: str, search: saga_search.SagaFilter, projects: list[Project], user: Any
+    action: str, search: saga_search.SagaFilter, projects: list[Project], user: User
 ) -> QuerySet[Any]:
     """The steps (or approvals) ``action`` would act on, oldest first: those the filter's
     sagas hold that wait for exactly this kind of decision, in ``projects`` only."""
@@ -137,7 +137,7 @@ def _label(tool: str, step_id: str, name: str, saga_id: str) -> str:
     return f"{tool} ({step_id}) in {name} [{saga_id}]"[:500]
 
 
-def batch_preview(*, user: Any, action: str, query: QueryDict) -> Preview:
+def batch_preview(*, user: User, action: str, query: QueryDict) -> Preview:
     """The exact count and a sample of what ``action`` over the filter ``query`` would act on."""
     _action(action, user)
     search = _search(query)
@@ -147,7 +147,7 @@ def batch_preview(*, user: Any, action: str, query: QueryDict) -> Preview:
 
 
 def batch_create(
-    *, user: Any, action: str, query: QueryDict, reason: str, expected: int | None
+    *, user: User, action: str, query: QueryDict, reason: str, expected: int | None
 ) -> BatchJob:
     """Freeze the items ``query`` selects now, create the job, audit it, queue it.
 
@@ -201,7 +201,7 @@ def batch_create(
 # ---------------------------------------------------------------- reading jobs
 
 
-def jobs_visible(user: Any) -> QuerySet[BatchJob]:
+def jobs_visible(user: User) -> QuerySet[BatchJob]:
     """Jobs whose every project the user may see (a job over another project is not theirs)."""
     hidden = Project.objects.exclude(pk__in=visible.projects_visible(user).values("pk"))
     if not visible.projects_visible(user).exists():
@@ -209,7 +209,7 @@ def jobs_visible(user: Any) -> QuerySet[BatchJob]:
     return BatchJob.objects.exclude(projects__in=hidden).select_related("user")
 
 
-def job_get(*, user: Any, pk: int) -> BatchJob:
+def job_get(*, user: User, pk: int) -> BatchJob:
     job = jobs_visible(user).filter(pk=pk).first()
     if job is None:
         raise DecisionRefused("not_found", "no such batch job in your projects")
@@ -228,7 +228,7 @@ def job_get_for_project(*, project: Project, pk: int) -> BatchJob:
 # ---------------------------------------------------------------- cancelling
 
 
-def batch_cancel(*, user: Any, pk: int) -> BatchJob:
+def batch_cancel(*, user: User, pk: int) -> BatchJob:
     """Stop a job: a queued one at once, a running one after its current chunk.
 
     Whoever may take the job's action may cancel it (a colleague stops a runaway batch).
@@ -333,7 +333,7 @@ class _LeaseLost(Exception):
     its lease): the chunk is rolled back, actions and outcomes together."""
 
 
-def _chunk_run(job: BatchJob, user: Any, owner: str, ids: list[int]) -> list[BatchItem]:
+def _chunk_run(job: BatchJob, user: User, owner: str, ids: list[int]) -> list[BatchItem]:
     """One chunk in one transaction: each item through the single action's own service, its
     outcome, and the job's progress commit together, so a worker killed mid-chunk leaves
     none of it, and an item is never acted on twice. Each item in a savepoint of its own:
@@ -375,7 +375,7 @@ def _chunk_run(job: BatchJob, user: Any, owner: str, ids: list[int]) -> list[Bat
     return items
 
 
-def _act(job: BatchJob, user: Any, item: BatchItem) -> tuple[str, str]:
+def _act(job: BatchJob, user: User, item: BatchItem) -> tuple[str, str]:
     if job.action in STEP_ACTIONS:
         step = operator_actions.step_act(
             step_pk=item.target_pk, user=user, action=job.action, reason=job.reason

@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from django.db import DatabaseError, transaction
@@ -108,7 +109,12 @@ class DjangoStore:
     row is read under lock, with its steps, first (and the write is fenced as before).
     """
 
-    def __init__(self, project: Project, *, driver: str = Saga.Driver.SERVER) -> None:
+    def __init__(
+        self,
+        project: Project,
+        *,
+        driver: str = Saga.Driver.SERVER,  # type: ignore[assignment]
+    ) -> None:
         self.project = project
         self.driver = driver
         self.new_step_undo: dict[str, Any] | None = None
@@ -378,7 +384,7 @@ def fence(saga: Saga, record: SagaRecord, *, check_lease: bool) -> None:
         raise LeaseError(f"saga {record.id!r} is at event {saga.seq}; event {record.seq} is stale")
 
 
-def copy_saga(saga: Saga, r: SagaRecord) -> None:
+def copy_saga(saga: Saga | SimpleNamespace, r: SagaRecord) -> None:
     first_seen = saga.created_at
     for column, value in columns(r, skip=("id",)).items():
         setattr(saga, column, value)
@@ -398,7 +404,11 @@ def change_json(change: SagaChange, undo: dict[str, Any] | None = None) -> str:
 
 
 def copy_step(
-    row: Step, s: StepSnapshot, *, driver: str, undo: dict[str, Any] | None = None
+    row: Step | SimpleNamespace,
+    s: StepSnapshot,
+    *,
+    driver: str,
+    undo: dict[str, Any] | None = None,
 ) -> None:
     for column, value in columns(s, skip=("id", *STEP_OWN_ROWS)).items():
         setattr(row, column, value)
@@ -429,7 +439,7 @@ def new_attempts(step_pk: int, s: StepSnapshot, known: set[int]) -> list[Compens
 
 
 def event_fields(
-    saga: Saga, e: SagaEvent, client_event_id: str | None, digest: str
+    saga: Saga | SimpleNamespace, e: SagaEvent, client_event_id: str | None, digest: str
 ) -> dict[str, Any]:
     return {
         "project_id": saga.project_id,

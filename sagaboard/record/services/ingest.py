@@ -159,7 +159,22 @@ class _Batch:
                 continue
             row.pk, row.undo = row.id, json.loads(row.undo) if row.undo else {}
             self.steps[(by_pk[row.saga_id], row.step_id)] = row
-        # What is stored (then accepted) of each step this batch touches.
+        self._load_snapshots(events)
+        # Each saga's steps as the rules see them (state, has_undo), loaded when first needed.
+        self.facts: dict[str, dict[str, Any]] | None = None
+        self.token_pk: int | None = None
+        self.failed_undos: list[tuple[str, str]] = []
+        self.rolled_back: list[str] = []
+        """Sagas this batch ended ROLLED_BACK (announced if not clean)."""
+        self.assessments: dict[str, RollbackAssessment] = {}
+        self.dirty_steps: dict[tuple[str, str], StepSnapshot] = {}
+        self.events: list[tuple[SimpleNamespace, SagaEvent, str, str, str]] = []
+
+    def _load_snapshots(self, events: list[TransitionIn]) -> None:
+        """What is stored (then accepted) of each step this batch touches, attempts and all.
+
+        The attempts are read only when a step may have some or an event carries some: most
+        batches (forward steps) pay no query for them."""
         self.snaps: dict[tuple[str, str], StepSnapshot] = {}
         attempts: dict[int, list[AttemptRecord]] = {}
         if any(row.state in _MAY_HAVE_ATTEMPTS for row in self.steps.values()) or any(
@@ -174,15 +189,6 @@ class _Batch:
                 row, compensation_attempts=tuple(attempts.get(row.pk, ()))
             )
         self.attempts = {pk: {a.number for a in found} for pk, found in attempts.items()}
-        # Each saga's steps as the rules see them (state, has_undo), loaded when first needed.
-        self.facts: dict[str, dict[str, Any]] | None = None
-        self.token_pk: int | None = None
-        self.failed_undos: list[tuple[str, str]] = []
-        self.rolled_back: list[str] = []
-        """Sagas this batch ended ROLLED_BACK (announced if not clean)."""
-        self.assessments: dict[str, RollbackAssessment] = {}
-        self.dirty_steps: dict[tuple[str, str], StepSnapshot] = {}
-        self.events: list[tuple[SimpleNamespace, SagaEvent, str, str, str]] = []
 
     def step(self, saga_id: str, step_id: str) -> StepSnapshot | None:
         return self.snaps.get((saga_id, step_id))
