@@ -1,2 +1,2 @@
-"""HTTP API v1 (django-ninja): thin handlers, their schemas, the one map from errors
-to HTTP answers."""
+"""The API kit every feature's handlers share: the one error map, schemas, the event schema,
+OpenAPI links and bounds (the handlers live in their features; config/api.py mounts them)."""
