@@ -299,7 +299,7 @@ def test_a_dead_workers_lease_is_taken_over_at_once(monkeypatch: pytest.MonkeyPa
         url = f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
     script = (
         "import os, signal, sys, django; django.setup()\n"
-        "from sagaboard.domain import runner\n"
+        "from sagaboard.actions.services import runner\n"
         "from sagaboard.models import Saga\n"
         "saga = Saga.objects.select_related('project').get(pk=int(sys.argv[1]))\n"
         "with runner.attached(saga):\n"
