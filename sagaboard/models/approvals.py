@@ -15,6 +15,7 @@ from sagaboard.models.fields import (
 )
 from sagaboard.models.projects import Project
 from sagaboard.models.sagas import Saga, Step
+from undo_core import DecisionAction
 
 
 class ApprovalPolicy(models.Model):
@@ -124,4 +125,8 @@ class ApprovalVote(models.Model):
     def decided(self) -> str:
         """The decision as a sentence says it ("approved by ann"): built from the verb with a
         "d" it read "rejectd"."""
-        return {"approve": "approved", "reject": "rejected"}.get(self.decision, self.decision)
+        past: dict[str, str] = {
+            DecisionAction.APPROVE: "approved",
+            DecisionAction.REJECT: "rejected",
+        }
+        return past.get(self.decision, self.decision)

@@ -33,6 +33,8 @@ from ..vocabulary.errors import (
     TransitionError,
 )
 from ..vocabulary.gates import (
+    APPROVAL_DECISIONS,
+    STEP_ACTIONS,
     ApprovalPolicy,
     ApprovalRequest,
     Decision,
@@ -466,9 +468,7 @@ class Flows:
                 "approval gate failed for %s/%s: %r", ledger.record.id, step.id, outcome.error
             )
             return _PLAIN[CompensationOutcome.LEFT].with_recorded(recorded), recorded, actor
-        decision = _checked_decision(
-            outcome.value, DecisionAction.APPROVE, DecisionAction.REJECT, DecisionAction.WAIT
-        )
+        decision = _checked_decision(outcome.value, *APPROVAL_DECISIONS, DecisionAction.WAIT)
         if decision.action is DecisionAction.WAIT:
             return _PLAIN[CompensationOutcome.WAITING].with_recorded(recorded), recorded, actor
         if decision.action is DecisionAction.REJECT:
@@ -514,9 +514,7 @@ class Flows:
             if outcome.error is not None:
                 log.warning("gate failed on %s/%s: %r", record.id, step.id, outcome.error)
                 return _first(result, _PLAIN[CompensationOutcome.LEFT])
-            decision = _checked_decision(
-                outcome.value, DecisionAction.RETRY, DecisionAction.RESOLVE, DecisionAction.LEAVE
-            )
+            decision = _checked_decision(outcome.value, *STEP_ACTIONS)
             if decision.action is DecisionAction.RESOLVE:
                 self.resolve_step(step, decision.reason or "", decision.actor)
                 return _first(result, _PLAIN[CompensationOutcome.DONE])

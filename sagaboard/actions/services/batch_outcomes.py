@@ -49,7 +49,7 @@ from django.utils import timezone
 from sagaboard.infra import permalinks
 from sagaboard.models import Approval, AuditEntry, BatchItem, BatchJob, Step
 from sagaboard.models.fields import JSONTextField
-from undo_core import StepState
+from undo_core import CARRIED_OUT, DecisionAction, StepState
 
 State = BatchJob.State
 REQUESTED = "requested"
@@ -65,15 +65,18 @@ PUBLIC = {
     NOT_STARTED: "not_started",
 }
 """Each stored outcome and its name in the API (``totals``, an item's ``result``)."""
-SUCCEEDED = {
-    "retry": "undone",
-    "approve": "undone",
-    "resolve": "resolved by hand",
-    "leave": "left failed",
-    "reject": "rejected",
+SUCCEEDED: dict[str, str] = {
+    DecisionAction.RETRY: "undone",
+    DecisionAction.APPROVE: "undone",
+    DecisionAction.RESOLVE: "resolved by hand",
+    DecisionAction.LEAVE: "left failed",
+    DecisionAction.REJECT: "rejected",
 }
 """What "succeeded" means for each action, in the words of the job page."""
-_FAILED_WORDS = {"retry": "failed again", "approve": "undo failed"}
+_FAILED_WORDS: dict[str, str] = {
+    DecisionAction.RETRY: "failed again",
+    DecisionAction.APPROVE: "undo failed",
+}
 
 _FAILED = (StepState.ROLLBACK_FAILED, StepState.IN_DOUBT)
 _NOT_ENDED = (
@@ -130,7 +133,7 @@ def result_of(
     if state == StepState.COMPENSATING or (pending and not carried_out):
         return None
     why = f": {error}" if error else ""
-    if action in ("retry", "resolve") and state in _FAILED:
+    if action in CARRIED_OUT and state in _FAILED:
         if left:
             return "refused", f"skipped: the step was left failed instead ({action} not run)"
         if action == "retry" and approval in (Approval.Status.REJECTED, Approval.Status.EXPIRED):

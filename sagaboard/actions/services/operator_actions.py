@@ -36,6 +36,8 @@ PERMISSION: dict[str, str] = {
 }
 """The permission each of undo_core's ``STEP_ACTIONS`` needs (the one map; batches reuse it)."""
 assert tuple(PERMISSION) == STEP_ACTIONS
+_NEEDS_REASON = (DecisionAction.RESOLVE, DecisionAction.LEAVE)
+"""Step actions taken on a person's word alone: they must say why (a retry may not)."""
 _NAMES = f"{', '.join(STEP_ACTIONS[:-1])} or {STEP_ACTIONS[-1]}"
 
 _MOOT: dict[str, str] = {
@@ -50,7 +52,7 @@ def step_act(*, step_pk: int, user: User, action: str, reason: str) -> Step:
     reason = (reason or "").strip()
     if action not in PERMISSION:
         raise DecisionRefused("validation_error", f"action must be {_NAMES}", "action")
-    if action in ("resolve", "leave") and not reason:
+    if action in _NEEDS_REASON and not reason:
         raise DecisionRefused("validation_error", "a reason is required", "reason")
     if not user.has_perm(PERMISSION[action]):
         raise DecisionRefused("forbidden", f"{action} needs the operator role")

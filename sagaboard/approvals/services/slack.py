@@ -42,10 +42,14 @@ from sagaboard.infra.http import json_body
 from sagaboard.infra.http.limits import BIGINT
 from sagaboard.models import Approval, SlackIdentity, SlackRequest, User
 from sagaboard.notify.services import notifications
+from undo_core import DecisionAction
 
 WINDOW_SECONDS = 300
 """How far a request's timestamp may be from now (Slack's five minutes)."""
-ACTIONS = {notifications.APPROVE: "approve", notifications.REJECT: "reject"}
+ACTIONS = {
+    notifications.APPROVE: DecisionAction.APPROVE,
+    notifications.REJECT: DecisionAction.REJECT,
+}
 
 
 class SlackRefused(ServiceError):

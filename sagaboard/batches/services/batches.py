@@ -89,7 +89,7 @@ def _action(action: str, user: User) -> None:
             "validation_error", "action must be retry, resolve, leave, approve or reject", "action"
         )
     if not user.has_perm(ACTIONS[action]):
-        role = "approver" if action in ("approve", "reject") else "operator"
+        role = "approver" if action in APPROVAL_DECISIONS else "operator"
         raise DecisionRefused("forbidden", f"{action} needs the {role} role")
 
 
