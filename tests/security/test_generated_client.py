@@ -179,7 +179,7 @@ def test_a_generated_client_drives_every_operation_and_parses_every_answer(
         "sagaboard_api_decisions_request_approval", 200, "ApprovalOut",
         saga_id="agent-1", step_id="step-2", body=m.ApprovalAskIn(why="refunds need a person"),
     )  # fmt: skip
-    assert asked.status is m.ApprovalOutStatus.PENDING
+    assert asked.status is m.ApprovalStatus.PENDING
     read = api.call(
         "sagaboard_api_decisions_get_approval", 200, "ApprovalOut", approval_id=asked.id, wait=0
     )
@@ -194,9 +194,9 @@ def test_a_generated_client_drives_every_operation_and_parses_every_answer(
     assert decision.state is m.StepState.ROLLBACK_FAILED
     ack = api.call(
         "sagaboard_api_decisions_ack_decision", 200, "AckOut",
-        saga_id="agent-2", step_id="step-1", body=m.AckIn(action=m.AckInAction.RETRY),
+        saga_id="agent-2", step_id="step-1", body=m.AckIn(action=m.CarriedOut.RETRY),
     )  # fmt: skip
-    assert ack.acknowledged is m.AckOutAcknowledged.RETRY
+    assert ack.acknowledged is m.CarriedOut.RETRY
 
     # A batch job an operator ran over the project: its totals and each item's result.
     olga = User.objects.get(username="olga")
@@ -217,7 +217,7 @@ def test_a_generated_client_drives_every_operation_and_parses_every_answer(
         added = api.call(
             "sagaboard_api_add_step", 201, "StepOut", saga_id="manual-1",
             body=m.StepAddIn(event_id=f"g-add-{n}", tool_name=tool,
-                             undo=m.UndoIn(kind=m.UndoInKind.HANDLER,
+                             undo=m.UndoIn(kind=m.UndoKind.HANDLER,
                                            handler="storebot.return_item")),
         )  # fmt: skip
         assert added.state is m.StepState.PENDING
