@@ -116,6 +116,7 @@ def test_output_is_capped_with_a_marker(shop: Project, commands_on: Path) -> Non
     assert dropped == len("".join(f"{n}\n" for n in range(1, 300001))) - OUTPUT_CAP
 
 
+@pytest.mark.slow  # waits for a timeout
 def test_an_endless_output_is_read_in_bounded_memory_until_the_timeout(
     shop: Project, commands_on: Path, settings: Any
 ) -> None:
@@ -125,6 +126,7 @@ def test_an_endless_output_is_read_in_bounded_memory_until_the_timeout(
     assert "timed out after 1 s" in error_of(saga)
 
 
+@pytest.mark.slow  # waits for a timeout
 def test_a_timeout_kills_the_whole_process_group(
     shop: Project, commands_on: Path, settings: Any
 ) -> None:

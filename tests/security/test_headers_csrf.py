@@ -150,6 +150,7 @@ def _is_api(path: str) -> bool:
     return path.startswith(("api/", "slack/"))
 
 
+@pytest.mark.slow  # every route, about 10 s: make test runs it, test-fast does not
 def test_every_route_refuses_an_unsafe_method_without_a_csrf_token(world: World) -> None:
     client = csrf_client(world.root)
     before = snapshot()

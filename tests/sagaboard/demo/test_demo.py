@@ -15,7 +15,8 @@ from sagaboard.approvals.services.approvals import DecisionRefused, approval_dec
 from sagaboard.demo.flows import DEMO_PEOPLE, TWO_APPROVERS
 from sagaboard.models import Approval, ApprovalPolicy, Project, Saga, Step
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified")]
+# slow: each test loads the whole demo (about 1.3 s); make test runs them, test-fast does not.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("record_verified"), pytest.mark.slow]
 
 
 def test_demo_sagas_cover_every_outcome_an_operator_meets(settings) -> None:  # type: ignore[no-untyped-def]

@@ -103,6 +103,7 @@ async def test_the_overview_shows_a_new_failure_live_with_fresh_counts(
     await comm.disconnect()
 
 
+@pytest.mark.slow  # waits out a burst's coalescing
 async def test_a_burst_of_events_reaches_the_overview_as_a_few_sends(
     world: dict[str, Any],
 ) -> None:

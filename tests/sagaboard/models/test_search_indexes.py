@@ -152,6 +152,7 @@ def test_searches_use_their_index(
     assert wanted in explained, explained
 
 
+@pytest.mark.slow  # fills the tables the plans are read on
 def test_a_prefix_probe_reads_its_indexes(shop: Project) -> None:
     """The count that picks a prefix search's plan (``saga_search.PROBE``) reads the name and
     id prefix indexes (0014), not the project's every saga (among 5,000: a planner reads a

@@ -107,6 +107,7 @@ def test_the_live_update_carries_the_timeline_too(shop: Project) -> None:
     assert body.count('class="bar run') == 5 and 'id="step-step-5"' in body
 
 
+@pytest.mark.slow  # a thousand steps stored and rendered
 def test_a_thousand_steps_render_in_a_bounded_number_of_queries(shop: Project) -> None:
     big_saga(shop, "big-1", 1000)
     client = login("viewer", shop)
