@@ -19,7 +19,7 @@ from ..stores.storage import SagaChange, SagaStore
 from ..vocabulary.records import EventKind, SagaEvent, SagaSnapshot
 
 if TYPE_CHECKING:
-    from ..remote import SagaboardStore
+    from ..remote import SagaboardStore  # needs httpx: imported only when a dashboard is given
 
 __all__ = [
     "Tee",
@@ -87,7 +87,11 @@ def dashboard_url(url: str, token: str, saga_id: str) -> str:
     answer names the project); when that fails, the list filtered by id still
     finds it.
     """
-    from ..remote import SagaboardAPIError, SagaboardClient, SagaboardUnavailable
+    from ..remote import (  # needs httpx: imported only when a dashboard is given
+        SagaboardAPIError,
+        SagaboardClient,
+        SagaboardUnavailable,
+    )
 
     base = url.rstrip("/")
     try:

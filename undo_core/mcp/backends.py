@@ -518,7 +518,7 @@ class RemoteBackend:
 
     @contextmanager
     def _api(self) -> Iterator[None]:
-        from ..remote import SagaboardAPIError, SagaboardUnavailable
+        from ..remote import SagaboardAPIError, SagaboardUnavailable  # httpx: connected mode only
 
         try:
             yield
