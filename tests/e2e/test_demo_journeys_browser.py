@@ -270,6 +270,11 @@ def test_a_batch_retry_over_a_filter_reports_what_each_retry_did(site: Site, bro
         counts = page.locator("main").inner_text()
         number, word = expected.split(" ", 1)
         assert f"{number}\n{word}" in counts or expected in counts, counts[:800]
+        # Each item says its own outcome, live, as the counts do (never "not started yet").
+        items = page.locator("#batch-items tbody tr")
+        expect(items).to_have_count(2)
+        for row in range(2):
+            expect(items.nth(row)).to_contain_text(word)
     olga.shot("demo-journey-batch-1280.png")
     for saga_id in ("batch-a", "batch-b"):
         expect(status(saga_page(olga, site, saga_id))).to_have_text("ROLLED_BACK")

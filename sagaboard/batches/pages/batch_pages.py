@@ -102,8 +102,14 @@ def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
         return render(request, "sagaboard/batch_detail.html", {"error": refused.message},
                       status=refused.status)  # fmt: skip
     job = batch_outcomes.job_current(job)
+    context = {**_job_context(job), **_items_context(job, request.GET.get("outcome", ""))}
+    return render(request, "sagaboard/batch_detail.html", context)
+
+
+def _items_context(job: BatchJob, outcome: str) -> dict[str, object]:
+    """The items the page lists (``outcome``: only those with it), each with its outcome's
+    words and where it is."""
     labels = batch_outcomes.labels(job.action)
-    outcome = request.GET.get("outcome", "")
     if outcome not in labels:
         outcome = ""
     items = BatchItem.objects.filter(job=job).order_by("position")
@@ -113,28 +119,30 @@ def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
     places = batch_outcomes.item_places(shown)
     said = [(item, places.get(item.pk), labels[item.outcome or batch_outcomes.NOT_STARTED])
             for item in shown]  # fmt: skip
-    context = {
-        **_job_context(job),
+    return {
         "items": said,
         "shown_limit": ITEMS_SHOWN,
         "outcome": outcome,
         "outcomes": [("", "all"), *labels.items()],
     }
-    return render(request, "sagaboard/batch_detail.html", context)
 
 
 @login_required
 @require_GET
 def batch_progress(request: HttpRequest, pk: int) -> HttpResponse:
-    """The progress fragment the job page polls; 286 (stop polling) once the job ended."""
+    """The progress fragment the job page polls, with its items; 286 (stop polling) once the
+    job ended."""
     try:
         job = batches.job_get(user=request.user, pk=pk)
     except ServiceError as refused:
         return HttpResponse(refused.message, status=refused.status)
     job = batch_outcomes.job_current(job)
     status = STOP_POLLING if job.ended and _htmx(request) else 200
+    context = {**_job_context(job), **_items_context(job, request.GET.get("outcome", ""))}
+    # The items go out of band with the progress: a finished job never lists an item as
+    # "not started yet" beside counts that say it was undone.
     return render(
-        request, "sagaboard/batch_detail.html#batch-progress", _job_context(job), status=status
+        request, "sagaboard/batch_detail.html#batch-live", {**context, "oob": True}, status=status
     )
 
 

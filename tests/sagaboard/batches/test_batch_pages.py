@@ -116,6 +116,23 @@ def test_progress_polls_until_the_job_ended_then_answers_286(
     assert '<progress id="batch-bar" max="3" value="3"' in body
 
 
+def test_each_poll_sends_the_items_out_of_band_with_their_outcomes_filtered_as_shown(
+    shop: Project, operator: Client
+) -> None:
+    """The job page's items move with its counts: a finished job never lists an item as
+    "not started yet" beside counts that say it was done."""
+    failed_undos(shop, 2)
+    job = BatchJob.objects.get(pk=_job(shop, operator))
+    before = operator.get(f"/batch/{job.pk}/progress/", headers=HTMX).content.decode()
+    assert '<div id="batch-items" hx-swap-oob="true">' in before
+    assert before.count('data-outcome="pending"') == 2
+    batches.batch_run(job.pk)
+    after = operator.get(f"/batch/{job.pk}/progress/", headers=HTMX).content.decode()
+    assert 'data-outcome="pending"' not in after and after.count('class="batch-item outcome-') == 2
+    none = operator.get(f"/batch/{job.pk}/progress/?outcome=refused", headers=HTMX)
+    assert "No items with this outcome" in none.content.decode()
+
+
 def test_the_items_table_filters_by_outcome(shop: Project, operator: Client) -> None:
     steps = failed_undos(shop, 4)
     pk = _job(shop, operator)
