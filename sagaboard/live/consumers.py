@@ -485,13 +485,27 @@ class _Fragments:
         self.size = size
         self.tasks: OrderedDict[tuple[Any, ...], asyncio.Task[Any]] = OrderedDict()
 
-    def _once(self, key: tuple[Any, ...], make: Callable[[], Awaitable[Any]]) -> Any:
+    def _task(self, key: tuple[Any, ...]) -> asyncio.Task[Any] | None:
+        """The render of ``key`` this loop may share: a cancelled one (its socket closed
+        while the render ran, before it was shielded) is not shared, it is made again."""
         task = self.tasks.get(key)
         if task is None or task.get_loop() is not asyncio.get_running_loop():
+            return None
+        if task.cancelled():
+            return None
+        return task
+
+    def _once(self, key: tuple[Any, ...], make: Callable[[], Awaitable[Any]]) -> Any:
+        """The shared render of ``key``, shielded: a socket that closes while it waits
+        (a browser leaving the page) must not cancel the render other sockets wait for;
+        a cancelled shared render once left a saga page's feed failing on every
+        reconnect, its status stuck."""
+        task = self._task(key)
+        if task is None:
             task = self.tasks[key] = asyncio.ensure_future(make())
             while len(self.tasks) > self.size:
                 self.tasks.popitem(last=False)
-        return task
+        return asyncio.shield(task)
 
     async def get(self, view: _View, saga_pk: int, log_id: int) -> str:
         if view.queue:
@@ -527,13 +541,12 @@ class _Fragments:
         process are rendered together, in one thread hop."""
         if not view.listing or view.queue or view.saga_pk is not None:
             return [await self.get(view, saga_pk, log_id) for saga_pk, log_id in items]
-        loop = asyncio.get_running_loop()
         keys = [("row", saga_pk, log_id) for saga_pk, log_id in items]
         tasks: dict[tuple[Any, ...], asyncio.Future[Any]] = {}
         for key in dict.fromkeys(keys):
-            task = self.tasks.get(key)
-            if task is not None and task.get_loop() is loop:
-                tasks[key] = task
+            task = self._task(key)
+            if task is not None:
+                tasks[key] = asyncio.shield(task)
         missing = [key for key in dict.fromkeys(keys) if key not in tasks]
         if missing:
             together = asyncio.ensure_future(_render_rows([(k[1], k[2]) for k in missing]))
