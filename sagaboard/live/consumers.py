@@ -486,12 +486,10 @@ class _Fragments:
         self.tasks: OrderedDict[tuple[Any, ...], asyncio.Task[Any]] = OrderedDict()
 
     def _task(self, key: tuple[Any, ...]) -> asyncio.Task[Any] | None:
-        """The render of ``key`` this loop may share: a cancelled one (its socket closed
-        while the render ran, before it was shielded) is not shared, it is made again."""
+        """The render of ``key`` this loop may share; a cancelled one (cancelled from
+        outside: sockets only ever await it shielded) is not shared, it is made again."""
         task = self.tasks.get(key)
-        if task is None or task.get_loop() is not asyncio.get_running_loop():
-            return None
-        if task.cancelled():
+        if task is None or task.get_loop() is not asyncio.get_running_loop() or task.cancelled():
             return None
         return task
 
