@@ -60,6 +60,15 @@ def _cheap_password_hashes(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _token_cache_starts_cold() -> None:
+    """The tokens a web process has checked (sagaboard.access.services.tokens) outlive a test
+    in one test process, and a test's rolled-back transaction puts the token version back:
+    each test starts as a fresh process does, with none."""
+    if "sagaboard.access.services.tokens" in sys.modules:
+        sys.modules["sagaboard.access.services.tokens"].forget_checked_tokens()
+
+
+@pytest.fixture(autouse=True)
 def _rate_limit_counts_start_at_zero() -> None:
     """Rate-limit counters (sagaboard.infra.http.rate_limits) live in the cache, which in one test
     process outlives a test: each test starts with none, or a suite's wrong passwords and

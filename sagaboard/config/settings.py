@@ -180,14 +180,24 @@ DATABASE_URL = env_str("DATABASE_URL")
 if not DATABASE_URL:
     DATABASE_URL = f"sqlite:///{VAR_DIR / 'sagaboard.sqlite3'}"
 _DB_POOL = env_bool("SAGABOARD_DB_POOL", True)  # PostgreSQL only; read (and checked) always
+# Seconds a connection outlives its request. 0 under ASGI, where each request runs on a
+# fresh thread (a kept connection would be one per dead thread); the WSGI web processes
+# (sagaboard/config/wsgi.py) default it to 600: their threads live as long as the process,
+# and opening a SQLite connection cost a third of a single-event POST (issue 32). Not used
+# with the PostgreSQL pool, which keeps its connections itself.
+_CONN_MAX_AGE = env_int("SAGABOARD_DB_CONN_MAX_AGE", 0, minimum=0)
 DATABASES = {
-    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=0),
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=_CONN_MAX_AGE),
 }
+# A kept connection is checked before a request reuses it: a database restarted in the
+# meantime costs that request a reconnect, not an error.
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = _CONN_MAX_AGE > 0
 if (
     DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
     and _DB_POOL
     and importlib.util.find_spec("psycopg_pool") is not None
 ):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
     # A connection pool per process: opening a connection per request (under ASGI each
     # request runs on a fresh thread) costs more than most requests themselves.
     # ``timeout``: how long a request waits for a connection. While PostgreSQL restarts the

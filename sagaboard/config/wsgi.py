@@ -10,12 +10,18 @@ import os
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sagaboard.config.settings")
+# gunicorn's threads live as long as their process: each keeps its database connection
+# between requests instead of opening one per request (settings, SAGABOARD_DB_CONN_MAX_AGE).
+os.environ.setdefault("SAGABOARD_DB_CONN_MAX_AGE", "600")
 
 django_wsgi_app = get_wsgi_application()  # before importing anything that touches models
 
+from sagaboard.api.handler import for_api_wsgi  # noqa: E402
 from sagaboard.infra.http.body_limit import WsgiBodyLimit  # noqa: E402
 from sagaboard.infra.http.forwarded import ProxiedAddress  # noqa: E402
 
 # The client's address from the proxy's X-Forwarded-For (login rate limits count per
-# address), then the API's body limit, then Django.
-application = ProxiedAddress(WsgiBodyLimit(django_wsgi_app))
+# address), then the API's body limit, then Django: agents' bearer-token API calls through
+# the API's own handler (sagaboard.api.handler, no browser middleware), the rest through
+# the whole stack.
+application = ProxiedAddress(WsgiBodyLimit(for_api_wsgi(django_wsgi_app)))

@@ -20,7 +20,7 @@ from sagaboard.models.fields import (
 )
 from sagaboard.models.notes import NOTE_MAX, Note, NoteRevision
 from sagaboard.models.overview import SagaCount, SagaCountChange
-from sagaboard.models.projects import ApiRequest, ApiToken, Project
+from sagaboard.models.projects import ApiRequest, ApiToken, ApiTokenVersion, Project
 from sagaboard.models.records import AuditChain, AuditEntry, Heartbeat, Notification
 from sagaboard.models.sagas import OPERATOR_STATES, CompensationAttempt, Event, Saga, Step
 from sagaboard.models.saved_views import SavedView
@@ -32,6 +32,7 @@ __all__ = [
     "OPERATOR_STATES",
     "ApiRequest",
     "ApiToken",
+    "ApiTokenVersion",
     "Approval",
     "ApprovalPolicy",
     "ApprovalStatus",

@@ -44,6 +44,19 @@ class ApiToken(models.Model):
         return self.revoked_at is None
 
 
+class ApiTokenVersion(models.Model):
+    """One row: a number every change to a token or a project moves (database triggers).
+
+    Each web process keeps the tokens it has checked (``sagaboard.access.services.tokens``)
+    and reads this number on every API request: one indexed read, and a revoked, rescoped
+    or deleted token is refused on the very next request in every process, whoever changed
+    it (the dashboard, a command, the admin, SQL by hand). "Last used" does not move it.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    number = models.BigIntegerField(default=0)
+
+
 class ApiRequest(models.Model):
     """A manual-flow API call already served: a retry with its ``event_id`` gets the same answer."""
 

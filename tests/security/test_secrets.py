@@ -242,7 +242,7 @@ def test_tokens_are_stored_hashed_found_by_prefix_and_compared_in_constant_time(
     assert len(compared) == 2 and all(a == row.secret_hash for a, _ in compared)
 
 
-def test_a_tokens_last_use_is_kept_to_the_minute() -> None:
+def test_a_tokens_last_use_is_kept_to_the_minute(monkeypatch: pytest.MonkeyPatch) -> None:
     shop = Project.objects.create(slug="shop", name="Shop")
     secret = tokens.token_create(project=shop, label="t").secret
     assert ApiToken.objects.get().last_used_at is None
@@ -251,9 +251,11 @@ def test_a_tokens_last_use_is_kept_to_the_minute() -> None:
     assert first is not None
     tokens.token_authenticate(secret)
     assert ApiToken.objects.get().last_used_at == first  # not a write per request
-    ApiToken.objects.update(last_used_at=first - timedelta(minutes=5))
+    later = first + timedelta(minutes=5)
+    monkeypatch.setattr(tokens.timezone, "now", lambda: later)  # five minutes on
     tokens.token_authenticate(secret)
-    assert ApiToken.objects.get().last_used_at > first - timedelta(minutes=1)
+    assert ApiToken.objects.get().last_used_at == later
+    monkeypatch.undo()
     long_ago = first - timedelta(days=1)
     ApiToken.objects.update(last_used_at=long_ago)
     assert tokens.token_authenticate(secret[:-1] + "?") is None
