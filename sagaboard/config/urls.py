@@ -17,6 +17,9 @@ handler404 = "sagaboard.ui.not_found.page_not_found"
 handler500 = "sagaboard.ui.unavailable.server_error"
 
 urlpatterns = [
+    # First: agents call the API far more often than people open pages, and Django tries
+    # the patterns in order (no page's pattern matches under api/).
+    path("api/v1/", api.urls),
     path("", pages.saga_list, name="saga_list"),
     path("overview/", pages.overview, name="overview"),
     path("views/", saved_view_pages.saved_view_save, name="saved_view_save"),
@@ -83,5 +86,4 @@ urlpatterns = [
         name="favicon",
     ),
     path("admin/", admin.site.urls),
-    path("api/v1/", api.urls),
 ]
