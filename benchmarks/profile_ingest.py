@@ -43,7 +43,11 @@ PARTS = [
     ("  rules (undo_core's check_change)", "sagaboard/record/services/ingest.py", "_check_move"),
     ("  writes (multi-row INSERT, executemany)", "sagaboard/record/services/ingest.py", "write"),
     ("  commit", "django/db/backends/base/base.py", "commit"),
-    ("rollback requests (after the batch)", "sagaboard/actions/services/saga_stop.py", "after_batch"),
+    (
+        "rollback requests (after the batch)",
+        "sagaboard/actions/services/saga_stop.py",
+        "after_batch",
+    ),
     ("plain: its ORM insert / bulk_create", "benchmarks/urls.py", "plain_event"),
     ("plain: its ORM insert / bulk_create", "benchmarks/urls.py", "plain_events"),
 ]
@@ -96,7 +100,8 @@ def measure(post: Callable[[bytes], None], bodies: list[bytes], out: Path | None
     """CPU per request of ``bodies`` posted in turn, unprofiled then profiled, as Markdown."""
     for body in bodies[:20]:
         post(body)  # warm: connections, caches, the first saga of each kind
-    timed, profiled = bodies[20 : 20 + (len(bodies) - 20) // 2], bodies[20 + (len(bodies) - 20) // 2 :]
+    half = 20 + (len(bodies) - 20) // 2
+    timed, profiled = bodies[20:half], bodies[half:]
     started = time.process_time()
     for body in timed:
         post(body)
@@ -133,9 +138,9 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["DATABASE_URL"] = url
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
         os.environ["SAGABOARD_DEBUG"] = "0"
-        from sagaboard.config import wsgi  # before Django loads: the web process's settings
-
         from django.core.management import call_command
+
+        from sagaboard.config import wsgi  # before Django loads: the web process's settings
 
         call_command("migrate", verbosity=0)
         from benchmarks.ingest import lanes, saga_texts
