@@ -14,6 +14,7 @@ from django.http import HttpRequest
 from sagaboard.models import (
     ApiRequest,
     ApiToken,
+    ApiTokenVersion,
     Approval,
     ApprovalPolicy,
     ApprovalVote,
@@ -206,6 +207,14 @@ class SagaCountAdmin(ReadOnlyAdmin):
     """The overview's rollup: kept by the database's triggers, never edited by hand."""
 
     list_display = ["project_id", "span", "bucket_start", "key", "n"]
+
+
+@admin.register(ApiTokenVersion)
+class ApiTokenVersionAdmin(ReadOnlyAdmin):
+    """The token version: moved by the database's triggers, never edited by hand (a web
+    process's token cache is valid for one value)."""
+
+    list_display = ["id", "number"]
 
 
 @admin.register(ToolRollup, ToolRollupMark, ToolRollupCursor)

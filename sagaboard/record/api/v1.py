@@ -61,16 +61,14 @@ def post_events(request: HttpRequest, payload: EventBatchIn) -> HttpResponse:
     reading any (``limits.batch_problem``)."""
     token = caller_token(request)
     sent = request.parsed_body["events"]  # type: ignore[attr-defined]
-    results = events_ingest(
+    ingested = events_ingest(
         project=token.project, events=payload.events, token_pk=token.pk, sent=sent
     )
-    # Rollbacks operators asked for, of these sagas: the SDK hears them here.
-    asked = saga_stop.after_batch(token.project, {e.saga.id for e in payload.events})
     # Written directly (the shape is EventBatchOut): validating and encoding a thousand
     # results through the schema cost more than storing some of them.
-    answer: dict[str, Any] = {"results": [r.__dict__ for r in results]}
-    if asked:
-        answer["rollback_requested"] = asked
+    answer: dict[str, Any] = {"results": [r.__dict__ for r in ingested.results]}
+    if ingested.rollback_requested:  # rollbacks operators asked of these sagas: the SDK hears
+        answer["rollback_requested"] = ingested.rollback_requested
     return HttpResponse(orjson.dumps(answer), content_type="application/json")
 
 

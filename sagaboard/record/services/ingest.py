@@ -22,6 +22,7 @@ import orjson
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from sagaboard.actions.services import saga_stop
 from sagaboard.api.event_schema import TransitionIn
 from sagaboard.engine.reads import rollback_outcomes
 from sagaboard.engine.services.django_store import copy_saga, copy_step, event_fields, new_attempts
@@ -68,6 +69,15 @@ class IngestResult:
     event_id: str
     status: Literal["applied", "duplicate"]
     log_id: int
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What a stored batch answers: each event's result, and the rollbacks operators asked
+    of its sagas that the agent must hear (``saga_stop.after_batch``)."""
+
+    results: list[IngestResult]
+    rollback_requested: list[dict[str, Any]]
 
 
 # What the rules compare of a stored saga and step (undo_core's SagaRecord, StepSnapshot).
@@ -119,8 +129,11 @@ class _Batch:
         with round_trip():
             # Lock the sagas this batch changes: concurrent batches for one saga serialise
             # here. What the rules compare is loaded; written columns come from events.
+            # With them, whether an operator asked for a rollback the agent must hear
+            # (saga_stop.after_batch): read under the lock, no query of its own.
             sagas = send_select(
-                Saga, ["id", "project_id", "saga_id", "driver", "received_at", *_SAGA_RECORD], {
+                Saga, ["id", "project_id", "saga_id", "driver", "received_at", *_SAGA_RECORD,
+                       *saga_stop.REQUEST_COLUMNS], {
                     "project": project.pk, "saga_id": saga_ids
                 }, for_update=True,
             )  # fmt: skip
@@ -189,6 +202,15 @@ class _Batch:
                 row, compensation_attempts=tuple(attempts.get(row.pk, ()))
             )
         self.attempts = {pk: {a.number for a in found} for pk, found in attempts.items()}
+
+    def stops_pending(self) -> list[tuple[str, str]]:
+        """(saga id, status after this batch) of each saga with a rollback request open."""
+        return [
+            (row.saga_id, row.status)
+            for row in self.sagas.values()
+            if getattr(row, "rollback_requested_at", None) is not None
+            and getattr(row, "rollback_request_done_at", None) is None
+        ]
 
     def step(self, saga_id: str, step_id: str) -> StepSnapshot | None:
         return self.snaps.get((saga_id, step_id))
@@ -331,8 +353,9 @@ def events_ingest(
     events: list[TransitionIn],
     token_pk: int | None = None,
     sent: Sequence[Any] | None = None,
-) -> list[IngestResult]:
-    """Apply a batch of transition events atomically, in order.
+) -> Ingested:
+    """Apply a batch of transition events atomically, in order; then answer the rollback
+    requests of its sagas (closing those its events carried out).
 
     ``token_pk`` (the posting token) is kept on sagas this batch creates: neither that
     token nor the person who made it may approve their undos. ``sent``: the events as
@@ -373,10 +396,11 @@ def events_ingest(
             # one was applied, and a retry will find its events stored (duplicates).
             raise IngestError(503, "busy", f"a concurrent request won; retry: {err}") from err
     log_ids.update({cid: pk for cid, (_, pk) in batch.seen.items()})
-    return [
+    results = [
         IngestResult(e.event_id, "duplicate" if i in duplicates else "applied", log_ids[e.event_id])
         for i, e in enumerate(events)
     ]
+    return Ingested(results, saga_stop.after_batch(project, batch.stops_pending()))
 
 
 def _announce_failed_undos(project: Project, failed: list[tuple[str, str]]) -> None:

@@ -114,13 +114,14 @@ def test_the_agent_hears_it_and_its_rollback_closes_the_request(shop: Project) -
     saga = agent_saga(shop)
     other = agent_saga(shop, "s-2")
     saga_stop.rollback_request(saga_pk=saga.pk, user=person("ann", "operator", shop), reason="a")
-    assert saga_stop.after_batch(shop, ["s-2"]) == []  # another saga's batch: nothing
-    asked = saga_stop.after_batch(shop, ["s-1", "s-2"])
+    # (saga id, status after the batch) of the batch's sagas with a request open, as
+    # ingestion reads them under its lock (tests/sagaboard/record: which sagas those are).
+    asked = saga_stop.after_batch(shop, [("s-1", "IN_PROGRESS")])
     assert [(a["saga_id"], a["by"], a["reason"]) for a in asked] == [("s-1", "user:ann", "a")]
     saga.refresh_from_db()
     assert saga.rollback_request_heard_at is not None
     Saga.objects.filter(pk=saga.pk).update(status="COMPENSATING")  # the agent's next events
-    assert saga_stop.after_batch(shop, ["s-1"]) == []
+    assert saga_stop.after_batch(shop, [("s-1", "COMPENSATING")]) == []
     saga.refresh_from_db()
     assert not saga.rollback_request_pending and saga.rollback_request_done_at is not None
     assert AuditEntry.objects.filter(action="saga.stop_done", actor="agent").exists()
@@ -133,7 +134,7 @@ def test_a_saga_that_completed_before_hearing_closes_the_request_as_moot(shop: P
     saga = agent_saga(shop)
     saga_stop.rollback_request(saga_pk=saga.pk, user=person("ann", "operator", shop), reason="a")
     Saga.objects.filter(pk=saga.pk).update(status="COMPLETED")
-    saga_stop.after_batch(shop, ["s-1"])
+    saga_stop.after_batch(shop, [("s-1", "COMPLETED")])
     entry = AuditEntry.objects.get(action="saga.stop_moot")
     assert "came too late: the saga completed first" in entry.reason
 

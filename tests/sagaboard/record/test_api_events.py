@@ -318,6 +318,8 @@ def test_an_operators_rollback_request_is_in_the_answer_to_the_agents_next_event
     saga = Saga.objects.get(saga_id="stop-1")
     ann = person("ann", "operator", project)
     saga_stop.rollback_request(saga_pk=saga.pk, user=ann, reason="wrong customer")
+    another = api.post("/events", {"events": storebot_events("stop-other")[:1]}).json()
+    assert "rollback_requested" not in another  # another saga's batch hears nothing
     answer = api.post("/events", {"events": first[1:2]}).json()
     assert answer["rollback_requested"] == [
         {"saga_id": "stop-1", "by": "user:ann", "reason": "wrong customer",

@@ -26,7 +26,7 @@ def post_with_retries(project: Project, events: list[Any], outcomes: list[Any]) 
     try:
         for _ in range(20):
             try:
-                results = events_ingest(project=project, events=batch, sent=events)
+                results = events_ingest(project=project, events=batch, sent=events).results
                 outcomes.append([r.status for r in results])
                 return
             except IngestError as err:
