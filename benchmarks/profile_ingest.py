@@ -24,13 +24,14 @@ import cProfile
 import io
 import os
 import pstats
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from tests.support.live_server import temp_database
 
 PARTS = [
     ("whole request", "django/core/handlers/wsgi.py", "__call__"),
@@ -59,9 +60,6 @@ def _database(kind: str) -> Iterator[str]:
         with tempfile.TemporaryDirectory() as tmp:
             yield f"sqlite:///{Path(tmp) / 'profile.sqlite3'}"
         return
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.support.live_server import temp_database
-
     with tempfile.TemporaryDirectory() as tmp, temp_database("postgres", Path(tmp)) as url:
         yield url
 
@@ -138,9 +136,13 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["DATABASE_URL"] = url
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
         os.environ["SAGABOARD_DEBUG"] = "0"
+        # As a web process runs (sagaboard/config/gunicorn.py sets it there).
+        os.environ.setdefault("SAGABOARD_DB_CONN_MAX_AGE", "600")
+        # Imported here, not at the top: Django reads the settings (the throw-away database
+        # named just above) when the WSGI module loads, and the models need it loaded.
         from django.core.management import call_command
 
-        from sagaboard.config import wsgi  # before Django loads: the web process's settings
+        from sagaboard.config import wsgi
 
         call_command("migrate", verbosity=0)
         from benchmarks.ingest import lanes, saga_texts

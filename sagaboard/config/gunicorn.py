@@ -27,6 +27,12 @@ from __future__ import annotations
 
 import os
 
+# gunicorn's threads live as long as their process: each keeps its database connection
+# between requests instead of opening one per request (settings, SAGABOARD_DB_CONN_MAX_AGE).
+# Set here, in the web process's own environment, not in the WSGI module that tests and
+# tools import too (their uvicorn servers inherit it, and ASGI must not keep connections).
+os.environ.setdefault("SAGABOARD_DB_CONN_MAX_AGE", "600")
+
 bind = [os.environ.get("SAGABOARD_WEB_BIND") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"]
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 worker_class = os.environ.get("SAGABOARD_WEB_WORKER", "gthread")

@@ -181,8 +181,8 @@ if not DATABASE_URL:
     DATABASE_URL = f"sqlite:///{VAR_DIR / 'sagaboard.sqlite3'}"
 _DB_POOL = env_bool("SAGABOARD_DB_POOL", True)  # PostgreSQL only; read (and checked) always
 # Seconds a connection outlives its request. 0 under ASGI, where each request runs on a
-# fresh thread (a kept connection would be one per dead thread); the WSGI web processes
-# (sagaboard/config/wsgi.py) default it to 600: their threads live as long as the process,
+# fresh thread (a kept connection would be one per dead thread); the web processes
+# (sagaboard/config/gunicorn.py) default it to 600: their threads live as long as the process,
 # and opening a SQLite connection cost a third of a single-event POST (issue 32). Not used
 # with the PostgreSQL pool, which keeps its connections itself.
 _CONN_MAX_AGE = env_int("SAGABOARD_DB_CONN_MAX_AGE", 0, minimum=0)

@@ -10,9 +10,6 @@ import os
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sagaboard.config.settings")
-# gunicorn's threads live as long as their process: each keeps its database connection
-# between requests instead of opening one per request (settings, SAGABOARD_DB_CONN_MAX_AGE).
-os.environ.setdefault("SAGABOARD_DB_CONN_MAX_AGE", "600")
 
 django_wsgi_app = get_wsgi_application()  # before importing anything that touches models
 
